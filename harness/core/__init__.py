@@ -1,0 +1,1 @@
+"""The GRPO training core: models → data → rollout → reward → advantage/loss → update."""

@@ -1,0 +1,48 @@
+"""Errors a user can act on: one line naming the file, the key path and the fix.
+
+Every entry point catches :class:`HarnessError` and prints ``str(err)`` (never a traceback).
+Exit codes follow the CLI contract: 0 ok, 1 findings / regression, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+
+
+class HarnessError(Exception):
+    """A user-facing error: ``file::key.path: message (fix: hint)``.
+
+    ``exit_code`` is 2 (bad input) unless the error reports findings (1).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        key_path: str | None = None,
+        fix: str | None = None,
+        exit_code: int = EXIT_USAGE,
+    ) -> None:
+        self.message = message
+        self.file = file
+        self.key_path = key_path
+        self.fix = fix
+        self.exit_code = exit_code
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        where = ""
+        if self.file:
+            where = self.file
+            if self.key_path:
+                where += f"::{self.key_path}"
+            where += ": "
+        elif self.key_path:
+            where = f"{self.key_path}: "
+        text = f"{where}{self.message}"
+        if self.fix:
+            text += f" (fix: {self.fix})"
+        return " ".join(text.split())  # always exactly one line
