@@ -1,0 +1,177 @@
+"""Strict JSON in, atomic JSON out.
+
+``load_json_strict`` refuses what ``json.load`` silently accepts: duplicate keys (the later one
+would win), NaN/Infinity and trailing data. Errors name the file, the key path and the line.
+``write_json_atomic`` writes to a temporary file in the same directory, fsyncs and renames, so
+a reader never sees a half-written file and a crash leaves the old one in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from json.decoder import JSONDecodeError, scanstring
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+
+_WS = " \t\n\r"
+_SCALAR = json.JSONDecoder(parse_constant=lambda name: _refuse_constant(name))
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _join(path: str, key: str | int) -> str:
+    """Extend a JSON pointer (RFC 6901) by one key or index."""
+    return f"{path}/{str(key).replace('~', '~0').replace('/', '~1')}"
+
+
+class _Parser:
+    """A small recursive-descent JSON parser that tracks key paths and positions."""
+
+    def __init__(self, text: str, file: str) -> None:
+        self.text = text
+        self.file = file
+
+    def fail(self, pos: int, message: str, path: str = "", fix: str | None = None) -> HarnessError:
+        line = _line_of(self.text, pos)
+        return HarnessError(f"line {line}: {message}", file=self.file, key_path=path or None, fix=fix)
+
+    def skip(self, pos: int) -> int:
+        while pos < len(self.text) and self.text[pos] in _WS:
+            pos += 1
+        return pos
+
+    def value(self, pos: int, path: str) -> tuple[Any, int]:
+        pos = self.skip(pos)
+        if pos >= len(self.text):
+            raise self.fail(pos, "unexpected end of file", path, "complete the JSON document")
+        ch = self.text[pos]
+        if ch == "{":
+            return self.obj(pos + 1, path)
+        if ch == "[":
+            return self.arr(pos + 1, path)
+        try:
+            return _SCALAR.raw_decode(self.text, pos)
+        except (JSONDecodeError, ValueError) as err:
+            raise self.fail(pos, f"invalid JSON value ({getattr(err, 'msg', err)})", path,
+                            "use a JSON string, number, true, false, null, object or array") from None
+
+    def obj(self, pos: int, path: str) -> tuple[dict[str, Any], int]:
+        out: dict[str, Any] = {}
+        first_seen: dict[str, int] = {}
+        pos = self.skip(pos)
+        if pos < len(self.text) and self.text[pos] == "}":
+            return out, pos + 1
+        while True:
+            pos = self.skip(pos)
+            if pos >= len(self.text) or self.text[pos] != '"':
+                raise self.fail(pos, "expected a double-quoted key", path, "quote every key and drop trailing commas")
+            key_pos = pos
+            try:
+                key, pos = scanstring(self.text, pos + 1, True)
+            except JSONDecodeError as err:
+                raise self.fail(pos, f"bad key string ({err.msg})", path) from None
+            key_path = _join(path, key)
+            if key in first_seen:
+                raise HarnessError(
+                    f"line {_line_of(self.text, key_pos)}: duplicate key '{key}' "
+                    f"(first defined on line {first_seen[key]}) [duplicate-key]",
+                    file=self.file, key_path=key_path, fix="keep one definition of the key",
+                    exit_code=1,
+                )
+            first_seen[key] = _line_of(self.text, key_pos)
+            pos = self.skip(pos)
+            if pos >= len(self.text) or self.text[pos] != ":":
+                raise self.fail(pos, "expected ':' after key", key_path)
+            out[key], pos = self.value(pos + 1, key_path)
+            pos = self.skip(pos)
+            if pos < len(self.text) and self.text[pos] == ",":
+                pos += 1
+                continue
+            if pos < len(self.text) and self.text[pos] == "}":
+                return out, pos + 1
+            raise self.fail(pos, "expected ',' or '}'", key_path, "separate members with commas")
+
+    def arr(self, pos: int, path: str) -> tuple[list[Any], int]:
+        out: list[Any] = []
+        pos = self.skip(pos)
+        if pos < len(self.text) and self.text[pos] == "]":
+            return out, pos + 1
+        while True:
+            item, pos = self.value(pos, _join(path, len(out)))
+            out.append(item)
+            pos = self.skip(pos)
+            if pos < len(self.text) and self.text[pos] == ",":
+                pos += 1
+                continue
+            if pos < len(self.text) and self.text[pos] == "]":
+                return out, pos + 1
+            raise self.fail(pos, "expected ',' or ']'", path, "separate items with commas")
+
+
+def loads_strict(text: str, file: str = "<string>") -> Any:
+    """Parse JSON text strictly (see module docstring)."""
+    parser = _Parser(text, file)
+    value, pos = parser.value(0, "")
+    pos = parser.skip(pos)
+    if pos != len(text):
+        raise parser.fail(pos, "extra data after the JSON document", fix="keep one JSON value per file")
+    return value
+
+
+def load_json_strict(path: str | os.PathLike[str]) -> Any:
+    """Read and strictly parse a JSON file; unreadable or non-UTF-8 files give a one-line error."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HarnessError("file not found", file=str(p), fix="check the path") from None
+    except IsADirectoryError:
+        raise HarnessError("is a directory, not a JSON file", file=str(p), fix="name a .json file") from None
+    except UnicodeDecodeError as err:
+        raise HarnessError(f"not UTF-8 text (byte {err.start})", file=str(p), fix="save the file as UTF-8") from None
+    except OSError as err:
+        raise HarnessError(f"cannot read ({err.strerror})", file=str(p), fix="check permissions") from None
+    return loads_strict(text, str(p))
+
+
+def dumps(obj: Any) -> str:
+    """Canonical pretty JSON (sorted keys are NOT used: recipe order is meaningful to readers)."""
+    return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` atomically: temp file in the same dir, fsync, rename, fsync dir."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(p.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
+    write_text_atomic(path, dumps(obj))

@@ -1,0 +1,98 @@
+"""JSON Schema validation with errors a person can act on.
+
+Every error is one line: ``file::/json/pointer: message (fix: hint)``. All errors of a file are
+collected (``iter_errors``), the most relevant first, so a user fixes a file in one pass.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+import jsonschema
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from harness.errors import HarnessError
+from harness.jsonio import load_json_strict
+from harness.paths import SCHEMAS_DIR
+
+
+@functools.cache
+def load_schema(name: str) -> dict[str, Any]:
+    """Load ``schemas/v1/<name>.schema.json``."""
+    return load_json_strict(SCHEMAS_DIR / f"{name}.schema.json")
+
+
+@functools.cache
+def validator(name: str) -> Draft202012Validator:
+    schema = load_schema(name)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+def pointer(path: Iterable[Any]) -> str:
+    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in path]
+    return "/" + "/".join(parts) if parts else "/"
+
+
+def _fix_hint(err: ValidationError) -> str:
+    v, kw, schema = err.validator_value, err.validator, err.schema
+    if kw == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = sorted((schema.get("properties") or {}).keys())
+        extra = [k for k in err.instance if k not in allowed]
+        close = difflib.get_close_matches(extra[0], allowed, n=1) if extra else []
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        return f"{hint}remove {extra}; allowed keys: {', '.join(allowed)}"
+    if kw == "required":
+        missing = [k for k in v if isinstance(err.instance, dict) and k not in err.instance]
+        descs = [(schema.get("properties") or {}).get(k, {}).get("description", "") for k in missing]
+        return "add " + "; ".join(f"'{k}' ({d.rstrip('.')})" if d else f"'{k}'" for k, d in zip(missing, descs))
+    if kw == "enum":
+        return "use one of " + ", ".join(repr(x) for x in v)
+    if kw == "const":
+        return f"use {v!r}"
+    if kw == "type":
+        return f"use a value of type {v if isinstance(v, str) else ' or '.join(v)}"
+    if kw in ("minimum", "exclusiveMinimum"):
+        return f"use a value {'>=' if kw == 'minimum' else '>'} {v}"
+    if kw in ("maximum", "exclusiveMaximum"):
+        return f"use a value {'<=' if kw == 'maximum' else '<'} {v}"
+    if kw == "pattern":
+        return f"match the pattern {v}"
+    if kw in ("minItems", "maxItems"):
+        return f"give {'at least' if kw == 'minItems' else 'at most'} {v} items"
+    if kw == "minLength":
+        return "give a non-empty string"
+    desc = schema.get("description") if isinstance(schema, dict) else None
+    return desc or "see the schema"
+
+
+def _message(err: ValidationError) -> str:
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = set((err.schema.get("properties") or {}).keys())
+        extra = [k for k in err.instance if k not in allowed]
+        return f"unknown key{'s' if len(extra) > 1 else ''} {', '.join(repr(k) for k in extra)}"
+    msg = err.message
+    return msg if len(msg) <= 200 else msg[:197] + "..."
+
+
+def schema_errors(instance: Any, schema_name: str) -> list[tuple[str, str, str]]:
+    """All validation errors as (json pointer, message, fix), deepest and most relevant first."""
+    errors = sorted(validator(schema_name).iter_errors(instance), key=lambda e: (list(e.absolute_path), e.validator))
+    out = []
+    for err in errors:
+        best = jsonschema.exceptions.best_match(err.context) if err.context else err
+        out.append((pointer(best.absolute_path), _message(best), _fix_hint(best)))
+    return out
+
+
+def check(instance: Any, schema_name: str, file: str) -> None:
+    """Raise a one-line HarnessError for the first error; the message counts the others."""
+    errs = schema_errors(instance, schema_name)
+    if errs:
+        ptr, msg, fix = errs[0]
+        more = f" [+{len(errs) - 1} more error(s); run `harness validate {file}`]" if len(errs) > 1 else ""
+        raise HarnessError(f"{msg}{more}", file=file, key_path=ptr, fix=fix)
