@@ -24,10 +24,9 @@ Departures from verl (``verl/trainer/ppo/core_algos.py``) and the papers
    of an all-masked batch are therefore 0, not NaN.
 2. Fully masked sequences are excluded from every sequence-level mean (as in recent
    verl); a ``seq-mean-token-mean`` row with no tokens contributes nothing instead of 0/0.
-3. ``seq-mean-token-sum-norm`` is the Dr. GRPO objective ``1/(G·L) Σ_i Σ_t l_it``: the mean
-   over valid sequences of ``seq_sum / norm_constant`` (default ``norm_constant = T``).
-   verl computes ``Σ_i seq_sum_i / T`` without dividing by the number of sequences, which
-   is this value times the number of valid sequences in the (micro-)batch.
+3. ``seq-mean-token-sum-norm`` follows verl: ``Σ_i seq_sum_i / C`` (default ``C = T``, the
+   padded response length), without dividing by the number of sequences (the Dr. GRPO
+   paper's ``1/(G·L)`` form would also divide by G; pass ``norm_constant = G·L`` for it).
 4. Masked positions are selected with ``torch.where`` instead of multiplied by the mask,
    so a non-finite value at a padded position cannot leak into a loss or a metric.
 5. GRPO group statistics are computed in float64 around a per-group pivot (the group's
@@ -115,6 +114,8 @@ def _registrar(registry: dict[str, _F], what: str, names: tuple[str, ...]) -> Ca
     for name in names:
         if not isinstance(name, str) or not name:
             raise ValueError(f"{what} names must be non-empty strings, got {name!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} names repeat: {names!r}")
 
     def decorator(fn: _F) -> _F:
         for name in names:
@@ -375,7 +376,7 @@ def agg_loss(
     * ``token-mean``:               ``Σ_i S_i / Σ_i n_i``
     * ``seq-mean-token-sum``:       ``Σ_{i∈V} S_i / |V|``
     * ``seq-mean-token-mean``:      ``Σ_{i∈V} (S_i / n_i) / |V|``
-    * ``seq-mean-token-sum-norm``:  ``Σ_{i∈V} (S_i / C) / |V|`` with ``C = norm_constant``
+    * ``seq-mean-token-sum-norm``:  ``Σ_{i∈V} S_i / C`` with ``C = norm_constant``
       (default ``T``, the padded length; pass a fixed value to keep it constant across
       batches and micro-batches). ``norm_constant`` is ignored by the other modes.
 
@@ -407,7 +408,8 @@ def agg_loss(
         constant = float(loss_mat.shape[-1] if norm_constant is None else norm_constant)
         if not constant > 0:
             raise ValueError(f"norm_constant must be > 0, got {norm_constant}")
-        seq_val = seq_sum / constant
+        # verl: Σ_i S_i / C — no division by the number of sequences.
+        return masked.sum() / constant
     else:  # seq-mean-token-sum
         seq_val = seq_sum
     local_seqs = valid.sum().to(loss_mat.dtype)

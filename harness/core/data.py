@@ -59,16 +59,20 @@ IMAGE_PLACEHOLDER = re.compile(r"\s*<image>\s*")
 def build_synthetic(tasks: list[str], size: int, seed: int, split: str, image_size: int = 32) -> list[Example]:
     """``size`` examples, round-robin over ``tasks``; example i depends only on (tasks, seed, split, i)."""
     if not tasks:
-        raise HarnessError("no synthetic tasks given", key_path="data.tasks", fix=f"list some of: {task_names()}")
+        raise HarnessError(
+            "no synthetic tasks given", key_path="data.synthetic.tasks", fix=f"list some of: {task_names()}"
+        )
     specs = [get_task(t) for t in tasks]
     if split not in SPLITS:
-        raise HarnessError(f"unknown split {split!r}", key_path="data.split", fix=f"use one of {sorted(SPLITS)}")
+        raise HarnessError(f"unknown split {split!r}", key_path="data.synthetic", fix=f"use one of {sorted(SPLITS)}")
     if not isinstance(size, int) or size <= 0:
-        raise HarnessError(f"dataset size must be a positive integer, got {size!r}", key_path="data.size")
+        raise HarnessError(
+            f"dataset size must be a positive integer, got {size!r}", key_path="data.synthetic.train_size"
+        )
     if not isinstance(image_size, int) or image_size < 16 or image_size % 16:
         raise HarnessError(
             f"image_size must be a positive multiple of 16, got {image_size!r}",
-            key_path="data.image_size",
+            key_path="data.synthetic.image_size",
             fix="use 16, 32, 48, ...",
         )
     out = []
@@ -265,7 +269,9 @@ class PromptLoader:
                 f"unknown truncation {truncation!r}", key_path="data.truncation", fix=f"use one of {TRUNCATIONS}"
             )
         if not isinstance(batch_size, int) or batch_size <= 0:
-            raise HarnessError(f"batch_size must be a positive integer, got {batch_size!r}", key_path="data.batch_size")
+            raise HarnessError(
+                f"batch_size must be a positive integer, got {batch_size!r}", key_path="data.train_batch_size"
+            )
         if not isinstance(max_prompt_length, int) or max_prompt_length <= 0:
             raise HarnessError(
                 f"max_prompt_length must be a positive integer, got {max_prompt_length!r}",
@@ -295,7 +301,7 @@ class PromptLoader:
             raise HarnessError(
                 f"only {len(prompts)} prompts left ({self.num_filtered} filtered as overlong) "
                 f"for a batch size of {batch_size}",
-                key_path="data.batch_size",
+                key_path="data.train_batch_size",
                 fix="add more examples, lower the batch size or raise data.max_prompt_length",
             )
         self.prompts = prompts

@@ -69,7 +69,7 @@ def get_task(name: str) -> TaskSpec:
     if name not in _TASKS:
         raise HarnessError(
             f"unknown synthetic task {name!r}",
-            key_path="data.tasks",
+            key_path="data.synthetic.tasks",
             fix=f"use one of: {', '.join(task_names())}",
         )
     return _TASKS[name]

@@ -56,6 +56,8 @@ def ref_agg(loss, mask, mode, constant=None):
         n = sum(len(r) for r in rows)
         return sum(float(r.sum()) for r in rows) / n if n else 0.0
     c = loss.shape[1] if constant is None else constant
+    if mode == "seq-mean-token-sum-norm":  # verl: sum of sequence sums / constant
+        return sum(float(r.sum()) for r in rows) / c
     vals = []
     for r in rows:
         if len(r) == 0:
@@ -171,17 +173,18 @@ def test_grpo_properties(items, rnd):
     ids, vals = [i for i, _ in items], [v for _, v in items]
     scores, mask = torch.tensor(vals, dtype=torch.float64), torch.ones(len(vals), 1)
     adv = A.grpo_advantages(scores, ids, mask)[:, 0]
-    np.testing.assert_allclose(adv.numpy(), ref_group_adv(vals, ids, [[1]] * len(vals))[:, 0], atol=1e-9)
+    # atol: a group one float32 ulp wide near |s| = 100 amplifies float64 rounding by ~1/std
+    np.testing.assert_allclose(adv.numpy(), ref_group_adv(vals, ids, [[1]] * len(vals))[:, 0], atol=1e-7)
     for gid in set(ids):
         sel = [i for i, x in enumerate(ids) if x == gid]
         if len(sel) > 1:  # zero mean; unit std unless the group is (near) constant
             assert abs(float(adv[sel].sum())) < 1e-6 * len(sel)
-            if float(scores[sel].std()) > 1e-3:
+            if float(scores[sel].std()) > 1e-2:
                 assert float(adv[sel].std()) == pytest.approx(1.0, rel=1e-3)
     perm = list(range(len(ids)))
     rnd.shuffle(perm)
     permuted = A.grpo_advantages(scores[perm], [ids[p] for p in perm], mask)[:, 0]
-    torch.testing.assert_close(permuted, adv[perm], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(permuted, adv[perm], rtol=1e-9, atol=1e-7)
 
 
 # --------------------------------------------------------------------------- KL
@@ -246,8 +249,8 @@ def test_agg_loss_hand_values():
     assert A.agg_loss(loss, mask, "token-mean").item() == pytest.approx(3.0)
     assert A.agg_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx(7.5)
     assert A.agg_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx(3.25)
-    assert A.agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(2.5)
-    assert A.agg_loss(loss, mask, "seq-mean-token-sum-norm", 5).item() == pytest.approx(1.5)
+    assert A.agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(5.0)
+    assert A.agg_loss(loss, mask, "seq-mean-token-sum-norm", 5).item() == pytest.approx(3.0)
 
 
 @pytest.mark.parametrize("mode", A.AGG_MODES)
@@ -397,7 +400,7 @@ def test_policy_loss_passes_agg_kwargs_and_validates():
     loss, _ = A.policy_loss(old, new, adv, m, global_tokens=12)
     assert loss.item() == pytest.approx(-0.5)
     loss, _ = A.policy_loss(old, new, adv, m, agg_mode="seq-mean-token-sum-norm", norm_constant=6)
-    assert loss.item() == pytest.approx(-0.5)
+    assert loss.item() == pytest.approx(-1.0)  # Σ of 6 token losses of −1, / 6
     for bad in ({"clip_ratio_c": 1.0}, {"clip_low": 1.0}, {"clip_low": -0.1}, {"clip_high": -0.1}):
         with pytest.raises(ValueError):
             A.policy_loss(old, new, adv, m, **bad)

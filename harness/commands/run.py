@@ -1,0 +1,146 @@
+"""`harness run RECIPE`: validate → safety → pre-flight → train → compare → verdict → report.
+
+Exit codes: 0 pass (or recorded without a baseline), 1 regression or safety findings, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
+from harness.recipe import SCALES_DEFAULT, Resolved, resolve
+from harness.record import default_run_dir
+
+HELP = "Run a recipe (GRPO training) and judge it against its baseline."
+RUNTIMES = ("auto", "local", "docker", "torchrun")
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments shared by run, record-baseline and gate."""
+    p.add_argument("recipe", metavar="RECIPE", help="recipe name (recipes/NAME.json) or path to a recipe file")
+    p.add_argument("--profile", help="hardware profile (default: the one matching this machine)")
+    p.add_argument("--scale", default=SCALES_DEFAULT, help="recipe scale (default: smoke)")
+    p.add_argument("--steps", type=int, help="GRPO steps (default: the recipe's trainer.total_training_steps)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override an allowlisted key (repeatable); see `harness validate --list-overrides`")
+    p.add_argument("--runtime", choices=RUNTIMES, default=os.environ.get("HARNESS_RUNTIME_DEFAULT", "auto"),
+                   help="where to run: local process, docker (pinned image), torchrun (N processes), "
+                        "auto = docker when the daemon and image are there, else local")
+    p.add_argument("--image", help="container image for --runtime docker (default: the profile's)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_run_arguments(p)
+    p.add_argument("--out", type=Path, help="run directory (default: runs/<recipe>-<profile>-<utc time>/)")
+    p.add_argument("--baseline", type=Path, help="baseline file (default: baselines/<recipe>/<profile>-<scale>.json)")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run from its newest "
+                   "complete checkpoint")
+    p.add_argument("--stage", choices=("all", "train"), default="all", help=argparse.SUPPRESS)
+
+
+def resolve_args(args: argparse.Namespace) -> Resolved:
+    if args.steps is not None and args.steps < 1:
+        raise HarnessError(f"--steps must be >= 1, got {args.steps}", key_path="--steps", fix="give a positive count")
+    profile = args.profile
+    if profile is None:
+        from harness.profiles import live_profile_name
+
+        profile = live_profile_name()
+    return resolve(args.recipe, profile, args.scale, tuple(args.overrides))
+
+
+def preflight(res: Resolved) -> list[Any]:
+    """Safety rules + memory pre-flight; raises (exit 1) on any error finding."""
+    from harness.safety.check import check_resolved, raise_on_errors
+
+    findings = check_resolved(res)
+    for f in findings:
+        if f.severity != "error":
+            sys.stderr.write(f"warning: {f.one_line(res.path)}\n")
+    raise_on_errors(findings, res.path)
+    return findings
+
+
+def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[str, str | None]:
+    """(runtime, image) — ``auto`` becomes docker when usable, else local with a one-line notice."""
+    world = res.config["trainer"]["nnodes"] * res.config["trainer"]["n_gpus_per_node"]
+    if requested == "auto":
+        from harness.runtime.docker import docker_status
+
+        ref = image or res.profile["container_image"]["reference"]
+        ok, why = docker_status(ref)
+        if ok:
+            return ("docker", ref)
+        local = "torchrun" if world > 1 else "local"
+        sys.stderr.write(f"notice: running {local} ({why})\n")
+        return (local, None)
+    if requested == "local" and world > 1:
+        raise HarnessError(f"the resolved recipe needs {world} processes; --runtime local runs one",
+                           key_path="--runtime", fix="use --runtime torchrun (or docker)")
+    return (requested, image or (res.profile["container_image"]["reference"] if requested == "docker" else None))
+
+
+def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime: str, image: str | None) -> None:
+    if runtime == "local":
+        from harness.runner import train
+
+        train(res, run_dir, steps=args.steps, runtime=os.environ.get("HARNESS_RUNTIME", "local"),
+              progress=not args.quiet)
+    elif runtime == "docker":
+        from harness.runtime.docker import run_in_docker
+
+        recipe_file = Path(res.path).resolve()
+        inner = ["run", f"/recipes/{recipe_file.name}", "--profile", res.profile_name, "--scale", res.scale,
+                 "--out", "/run-dir", "--runtime", "local", "--stage", "train"]
+        if args.steps:
+            inner += ["--steps", str(args.steps)]
+        for o in args.overrides:
+            inner += ["--set", o]
+        if args.quiet:
+            inner.append("--quiet")
+        env = {k: os.environ[k] for k in ("HARNESS_FAULT",) if k in os.environ}
+        code = run_in_docker(inner, image=image or "", run_dir=run_dir.resolve(), recipes_dir=recipe_file.parent,
+                             devices=res.config["trainer"]["device"],
+                             device_count=res.config["trainer"]["n_gpus_per_node"], env=env)
+        if code != 0:
+            raise HarnessError(f"the run inside the container failed (exit {code})", file=str(run_dir),
+                               fix="read the container output above; the run directory keeps what was written",
+                               exit_code=code if code in (1, 2) else EXIT_FINDINGS)
+    else:  # torchrun
+        from harness.runtime.torchrun import launch
+
+        launch(res, args, run_dir)
+
+
+def execute(args: argparse.Namespace) -> int:
+    res = resolve_args(args)
+    preflight(res)
+    if args.resume is not None:
+        run_dir = args.resume
+    else:
+        run_dir = args.out or default_run_dir(res.name, res.profile_name)
+        if (run_dir / "manifest.json").exists() and args.stage == "all":
+            raise HarnessError("run directory already holds a run", file=str(run_dir),
+                               fix="choose another --out, or --resume it")
+    runtime, image = ("local", None) if args.stage == "train" else choose_runtime(args.runtime, res, args.image)
+    train_stage(res, args, run_dir, runtime, image)
+    if args.stage == "train":
+        return EXIT_OK
+    return judge_and_report(res, run_dir, baseline=args.baseline, quiet=args.quiet)
+
+
+def judge_and_report(res: Resolved, run_dir: Path, *, baseline: Path | None, quiet: bool) -> int:
+    from harness.compare import judge
+    from harness.report import write_run_report
+
+    verdict = judge(run_dir, res, baseline_path=baseline)
+    write_run_report(run_dir, verdict)
+    print(verdict.summary_line())
+    if not quiet:
+        print(f"run directory: {run_dir}")
+    return verdict.exit_code

@@ -1,0 +1,115 @@
+"""One small device layer for cpu / cuda / npu, and the determinism switch.
+
+``torch_npu`` is imported only when an NPU is asked for. Everything device-specific the
+trainer needs (synchronise, peak memory, RNG state, env for deterministic collectives) is here.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import resource
+import sys
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.errors import HarnessError
+
+# Environment that makes kernels and collectives deterministic (set before CUDA/NCCL/HCCL start).
+DETERMINISTIC_ENV = {
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+    "NCCL_ALGO": "Ring",
+    "NCCL_PROTO": "Simple",
+    "HCCL_DETERMINISTIC": "true",
+    "CLOSE_MATMUL_K_SHIFT": "1",
+}
+# Variables that change numerics; recorded in the run manifest.
+NUMERICS_ENV = sorted(set(DETERMINISTIC_ENV) | {
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "NVIDIA_TF32_OVERRIDE",
+    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NCCL_NVLS_ENABLE", "PYTORCH_CUDA_ALLOC_CONF", "HCCL_ALGO",
+    "ASCEND_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING",
+})
+
+
+def resolve_device(kind: str, local_rank: int = 0) -> torch.device:
+    """The torch device for ``kind`` (cpu | cuda | npu) on this rank; a clear error if absent."""
+    if kind == "cpu":
+        return torch.device("cpu")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise HarnessError("the recipe asks for CUDA but torch sees no GPU", key_path="trainer.device",
+                               fix="run on a GPU machine or pick the cpu profile (--profile cpu)")
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    if kind == "npu":
+        try:
+            import torch_npu  # noqa: F401  (registers the npu device)
+        except ImportError:
+            raise HarnessError("the recipe asks for an Ascend NPU but torch_npu is not installed",
+                               key_path="trainer.device", fix="run inside the ascend image (images/ascend)") from None
+        torch.npu.set_device(local_rank)  # type: ignore[attr-defined]
+        return torch.device("npu", local_rank)
+    raise HarnessError(f"unknown device kind '{kind}'", key_path="trainer.device", fix="use cpu, cuda or npu")
+
+
+def _accel(device: torch.device) -> Any:
+    return getattr(torch, device.type, None) if device.type in ("cuda", "npu") else None
+
+
+def synchronize(device: torch.device) -> None:
+    mod = _accel(device)
+    if mod is not None:
+        mod.synchronize(device)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    mod = _accel(device)
+    if mod is not None:
+        mod.reset_peak_memory_stats(device)
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    """Peak allocated device memory (accelerators) or the process's peak RSS (cpu), in GB."""
+    mod = _accel(device)
+    if mod is not None:
+        return mod.max_memory_allocated(device) / 1e9
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss * (1 if sys.platform == "darwin" else 1024) / 1e9
+
+
+def set_determinism(seed: int, deterministic: bool) -> None:
+    """Seed every RNG; with ``deterministic`` also force deterministic kernels and collectives."""
+    if deterministic:
+        for key, value in DETERMINISTIC_ENV.items():
+            os.environ.setdefault(key, value)
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG state of this process (for checkpoints)."""
+    state: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(),
+                             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def numerics_env() -> dict[str, str]:
+    return {k: os.environ[k] for k in NUMERICS_ENV if k in os.environ}

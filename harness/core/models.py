@@ -1,0 +1,211 @@
+"""Policy and reference models: real transformers architectures, built offline.
+
+The recipe's ``model.architecture`` block becomes a transformers config
+(``Qwen3VLMoeForConditionalGeneration``, ``Qwen3MoeForCausalLM`` or ``Qwen3ForCausalLM``) with
+seeded random weights, or weights are loaded from a local directory (``model.path``). Nothing
+is ever fetched from a hub and no repository code runs (``trust_remote_code`` is never passed).
+
+Also here: the per-token forward the rollout and the trainer share, so that generation-time
+and recomputed log-probabilities see identical positions, masks and banned tokens.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from harness.errors import HarnessError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+BANNED_LOGIT = -1e9  # large finite negative: -inf would make 0 * -inf = NaN at padded positions
+
+
+@dataclass(frozen=True)
+class BuiltModel:
+    actor: torch.nn.Module
+    ref: torch.nn.Module | None
+    is_vlm: bool
+    attn_implementation: str  # what is really used
+    notes: tuple[str, ...]
+    n_params: int
+    n_active_params: int  # MoE: experts counted at top-k / num_experts
+
+
+def _rope(text: dict[str, Any]) -> dict[str, Any]:
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": float(text["rope_theta"])}
+    if text.get("mrope_section"):
+        rope["mrope_section"] = list(text["mrope_section"])
+        rope["mrope_interleaved"] = bool(text.get("mrope_interleaved"))
+    return rope
+
+
+def build_config(cfg: dict[str, Any], token_ids: dict[str, int]) -> Any:
+    """transformers config for the resolved recipe ``cfg`` and the tokenizer's special ids."""
+    import transformers
+
+    model = cfg["model"]
+    arch = model["architecture"]
+    text = dict(arch["text"])
+    max_pos = (cfg["actor_rollout_ref"]["model"]["override_config"] or {}).get("max_position_embeddings") \
+        or text["max_position_embeddings"]
+    moe = text.get("moe")
+    common = dict(
+        vocab_size=text["vocab_size"], hidden_size=text["hidden_size"], intermediate_size=text["intermediate_size"],
+        num_hidden_layers=text["num_hidden_layers"], num_attention_heads=text["num_attention_heads"],
+        num_key_value_heads=text["num_key_value_heads"], head_dim=text["head_dim"], max_position_embeddings=max_pos,
+        rms_norm_eps=text["rms_norm_eps"], rope_parameters=_rope(text), tie_word_embeddings=text["tie_word_embeddings"],
+        pad_token_id=token_ids["pad"], eos_token_id=token_ids["eos"], bos_token_id=None,
+        attention_bias=False, use_cache=True,
+    )
+    if moe:
+        common.update(num_experts=moe["num_experts"], num_experts_per_tok=moe["num_experts_per_tok"],
+                      moe_intermediate_size=moe["moe_intermediate_size"], decoder_sparse_step=moe["decoder_sparse_step"],
+                      router_aux_loss_coef=moe["router_aux_loss_coef"], mlp_only_layers=[])
+    family = model["family"]
+    if family == "qwen3":
+        return transformers.Qwen3Config(**common)
+    if family == "qwen3_moe":
+        return transformers.Qwen3MoeConfig(norm_topk_prob=moe["norm_topk_prob"], **common)
+    # qwen3_vl_moe
+    vis = dict(arch["vision"])
+    vision_config = {k: vis[k] for k in ("depth", "hidden_size", "intermediate_size", "num_heads", "patch_size",
+                                         "temporal_patch_size", "spatial_merge_size", "out_hidden_size",
+                                         "num_position_embeddings", "deepstack_visual_indexes", "in_channels")}
+    text_config = {k: v for k, v in common.items() if k not in ("tie_word_embeddings",)}
+    return transformers.Qwen3VLMoeConfig(
+        text_config=text_config, vision_config=vision_config, tie_word_embeddings=text["tie_word_embeddings"],
+        image_token_id=token_ids["image_pad"], video_token_id=token_ids["video_pad"],
+        vision_start_token_id=token_ids["vision_start"], vision_end_token_id=token_ids["vision_end"],
+    )
+
+
+def _model_class(family: str) -> Any:
+    import transformers
+
+    return {"qwen3": transformers.Qwen3ForCausalLM, "qwen3_moe": transformers.Qwen3MoeForCausalLM,
+            "qwen3_vl_moe": transformers.Qwen3VLMoeForConditionalGeneration}[family]
+
+
+def pick_attention(asked: str, device: torch.device) -> tuple[str, list[str]]:
+    """The attention kernel to use: flash-attn only when installed and on CUDA; eager only when asked."""
+    if asked == "flash_attention_2":
+        if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+            return asked, []
+        return "sdpa", [f"flash_attention_2 asked but not available on {device.type} (flash_attn "
+                        f"{'missing' if importlib.util.find_spec('flash_attn') is None else 'needs CUDA'}): using sdpa"]
+    return asked, []
+
+
+def count_params(model: torch.nn.Module) -> tuple[int, int]:
+    """(total, active) parameters; routed-expert weights count at top-k / num_experts when active."""
+    cfg = getattr(model.config, "text_config", model.config)
+    k, e = getattr(cfg, "num_experts_per_tok", None), getattr(cfg, "num_experts", None)
+    total = active = 0
+    for name, p in model.named_parameters():
+        n = p.numel()
+        total += n
+        active += n * k / e if (k and e and ".experts." in f"{name}.") else n
+    return total, int(active)
+
+
+def build_models(cfg: dict[str, Any], token_ids: dict[str, int], device: torch.device, seed: int,
+                 with_ref: bool) -> BuiltModel:
+    """Actor (trainable) and frozen reference copy, in the recipe's dtype, on ``device``."""
+    model_cfg = cfg["model"]
+    dtype = DTYPES[model_cfg["dtype"]]
+    attn, notes = pick_attention(model_cfg["attn_implementation"], device)
+    cls = _model_class(model_cfg["family"])
+    if model_cfg["path"]:
+        path = Path(model_cfg["path"]).expanduser()
+        if not (path / "config.json").is_file():
+            raise HarnessError("model directory not found or has no config.json", file=str(path),
+                               key_path="/model/path", fix="point model.path at a local directory saved with "
+                               "save_pretrained (config.json + *.safetensors), or set it to null for random init")
+        try:
+            actor = cls.from_pretrained(path, local_files_only=True, trust_remote_code=False, dtype=dtype,
+                                        attn_implementation=attn, use_safetensors=True)
+        except (OSError, ValueError) as err:
+            raise HarnessError(f"cannot load weights: {str(err).splitlines()[0]}", file=str(path),
+                               key_path="/model/path", fix="save the model with save_pretrained(safe_serialization=True)"
+                               ) from None
+    else:
+        config = build_config(cfg, token_ids)
+        config._attn_implementation = attn  # noqa: SLF001 - transformers' documented way before init
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            actor = cls(config).to(dtype=dtype)
+    actor.to(device)
+    if cfg["actor_rollout_ref"]["model"]["enable_gradient_checkpointing"]:
+        actor.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    actor.config.use_cache = True
+    ref = None
+    if with_ref:
+        ref = copy.deepcopy(actor).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+    total, active = count_params(actor)
+    return BuiltModel(actor, ref, model_cfg["family"] == "qwen3_vl_moe", attn, tuple(notes), total, active)
+
+
+# ----------------------------------------------------------------------------- shared forward
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _inner(model: torch.nn.Module) -> Any:
+    """The module holding ``get_rope_index`` (Qwen3-VL: ``model.model``), or None for text models."""
+    inner = getattr(model, "model", None)
+    return inner if inner is not None and hasattr(inner, "get_rope_index") else None
+
+
+def position_ids(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, mm_token_type_ids: Tensor | None,
+                 image_grid_thw: Tensor | None) -> Tensor:
+    """Positions for a left/right padded batch: (B, L) for text models, (3, B, L) multimodal RoPE."""
+    inner = _inner(model)
+    if inner is None:
+        return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    kwargs = dict(input_ids=input_ids, image_grid_thw=image_grid_thw, video_grid_thw=None,
+                  attention_mask=attention_mask)
+    if "mm_token_type_ids" in inspect.signature(inner.get_rope_index).parameters:
+        kwargs["mm_token_type_ids"] = mm_token_type_ids
+    pos, _ = inner.get_rope_index(**kwargs)
+    return pos
+
+
+def next_positions(pos: Tensor, attention_mask: Tensor) -> Tensor:
+    """Per-row position after the last valid token: (B,) from (B, L) or (3, B, L) positions."""
+    p = pos if pos.dim() == 2 else pos.max(dim=0).values
+    return torch.where(attention_mask.bool(), p, torch.zeros_like(p)).max(dim=-1).values + 1
+
+
+def forward_logits(model: torch.nn.Module, *, input_ids: Tensor, attention_mask: Tensor, pos: Tensor,
+                   pixel_values: Tensor | None = None, image_grid_thw: Tensor | None = None,
+                   mm_token_type_ids: Tensor | None = None, cache: Any = None, logits_to_keep: int = 0) -> tuple[Tensor, Any]:
+    """One forward; returns (logits, cache). Images only on the first (prefill) call."""
+    kwargs: dict[str, Any] = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos,
+                                  use_cache=cache is not None, logits_to_keep=logits_to_keep)
+    if cache is not None:
+        kwargs[_cache_kwarg(model)] = cache
+    if pixel_values is not None:
+        kwargs.update(pixel_values=pixel_values, image_grid_thw=image_grid_thw)
+    if mm_token_type_ids is not None:
+        kwargs["mm_token_type_ids"] = mm_token_type_ids
+    out = model(**kwargs)
+    return out.logits, cache
+
+
+def banned_bias(vocab_size: int, banned: list[int], device: torch.device) -> Tensor:
+    """(V,) float32 bias: 0, or BANNED_LOGIT at tokens a response may never contain."""
+    bias = torch.zeros(vocab_size, dtype=torch.float32, device=device)
+    ids = [i for i in banned if i < vocab_size]
+    if ids:
+        bias[ids] = BANNED_LOGIT
+    return bias

@@ -1,0 +1,167 @@
+"""Rollout: n samples per prompt with the model's own KV cache, and the batch they form.
+
+Groups are built by repeating each prompt (and its pixels) n times contiguously. Prompts are
+left-padded, responses right-padded to exactly ``max_new_tokens``; a response is masked after
+its first EOS (the EOS itself counts). Special tokens a response may never contain (image pad,
+vision start/end, …) get a large finite negative logit in sampling and in every log-prob
+recompute, so generation-time and recomputed log-probs agree.
+
+Sampling is a bare loop — one forward per token, ``torch.multinomial`` with a seeded generator —
+rather than ``generate``: it does the same work with far less per-step overhead, and the
+distribution sampled is exactly ``softmax(logits / T)`` restricted by top-k / top-p.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from harness.core.models import forward_logits, next_positions, position_ids
+
+
+@dataclass
+class RolloutBatch:
+    """B = prompts × n sequences. Shapes: prompt (B, P), response (B, R)."""
+
+    prompt_ids: Tensor  # (B, P) left-padded
+    prompt_mask: Tensor  # (B, P)
+    response_ids: Tensor  # (B, R) right-padded with pad
+    response_mask: Tensor  # (B, R) 1 up to and including the first EOS
+    rollout_logp: Tensor  # (B, R) log-prob of each sampled token at generation time
+    group_ids: list[Any]  # (B,) same id = same prompt
+    pixels: list[Tensor | None]  # per sequence: its prompt's pixel patches
+    grids: list[Tensor | None]  # per sequence: its prompt's image_grid_thw rows
+    tensors: dict[str, Tensor] = field(default_factory=dict)  # old_logp, ref_logp, advantages, scores …
+
+    @property
+    def size(self) -> int:
+        return self.prompt_ids.shape[0]
+
+    def select(self, idx: Tensor | list[int]) -> RolloutBatch:
+        """The sub-batch of rows ``idx`` (pixels follow their sequences)."""
+        idx_t = torch.as_tensor(idx, dtype=torch.long)
+        rows = idx_t.tolist()
+        dev = self.prompt_ids.device
+        take = idx_t.to(dev)
+        return replace(
+            self,
+            prompt_ids=self.prompt_ids[take], prompt_mask=self.prompt_mask[take],
+            response_ids=self.response_ids[take], response_mask=self.response_mask[take],
+            rollout_logp=self.rollout_logp[take], group_ids=[self.group_ids[i] for i in rows],
+            pixels=[self.pixels[i] for i in rows], grids=[self.grids[i] for i in rows],
+            tensors={k: v[take.to(v.device)] for k, v in self.tensors.items()},
+        )
+
+    def model_inputs(self, image_pad_id: int) -> dict[str, Tensor | None]:
+        """Full sequences (prompt + response) for a log-prob forward."""
+        input_ids = torch.cat([self.prompt_ids, self.response_ids], dim=1)  # (B, P + R)
+        attention_mask = torch.cat([self.prompt_mask, self.response_mask], dim=1)
+        return _vision_inputs(input_ids, attention_mask, self.pixels, self.grids, image_pad_id)
+
+
+def _vision_inputs(input_ids: Tensor, attention_mask: Tensor, pixels: list[Tensor | None], grids: list[Tensor | None],
+                   image_pad_id: int) -> dict[str, Tensor | None]:
+    with_px = [p for p in pixels if p is not None]
+    if not with_px:
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "pixel_values": None,
+                "image_grid_thw": None, "mm_token_type_ids": None}
+    device = input_ids.device
+    return {
+        "input_ids": input_ids, "attention_mask": attention_mask,
+        "pixel_values": torch.cat(with_px, dim=0).to(device),
+        "image_grid_thw": torch.cat([g for g in grids if g is not None], dim=0).to(device),
+        "mm_token_type_ids": ((input_ids == image_pad_id) & attention_mask.bool()).long(),
+    }
+
+
+def sample_from_logits(logits: Tensor, *, temperature: float, top_k: int, top_p: float, generator: torch.Generator
+                       ) -> tuple[Tensor, Tensor]:
+    """Sample one token per row; return (tokens (B,), log-prob under softmax(logits / T)) (B,).
+
+    The returned log-prob is the unfiltered tempered softmax (what the loss recomputes); top-k /
+    top-p only restrict which tokens can be drawn (top_k ≤ 0 and top_p = 1 turn them off).
+    """
+    scaled = logits.float() / temperature  # (B, V)
+    logp_all = torch.log_softmax(scaled, dim=-1)
+    filtered = scaled
+    if top_k and top_k > 0 and top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, top_k, dim=-1).values[:, -1:]
+        filtered = filtered.masked_fill(filtered < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(filtered, descending=True, dim=-1)
+        cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
+        drop_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) > top_p  # keep the token that crosses top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        filtered = filtered.masked_fill(drop, float("-inf"))
+    probs = torch.softmax(filtered, dim=-1)
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+    return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+@torch.no_grad()
+def generate(model: torch.nn.Module, prompts: dict[str, Tensor], *, n: int, max_new_tokens: int, temperature: float,
+             top_k: int, top_p: float, eos_id: int, pad_id: int, image_pad_id: int, bias: Tensor,
+             generator: torch.Generator, group_ids: list[Any], pixels: list[Tensor | None],
+             grids: list[Tensor | None], greedy: bool = False, ignore_eos: bool = False) -> RolloutBatch:
+    """Sample ``n`` responses for each prompt of ``prompts`` (collated, left-padded, on device).
+
+    ``pixels``/``grids`` are per prompt; ``bias`` (V,) bans tokens. ``ignore_eos`` forces every
+    response to ``max_new_tokens`` (benchmarks doing fixed work).
+    """
+    from transformers import DynamicCache
+
+    device = prompts["input_ids"].device
+    rep = lambda t: t.repeat_interleave(n, dim=0)  # noqa: E731 - groups contiguous
+    prompt_ids, prompt_mask = rep(prompts["input_ids"]), rep(prompts["attention_mask"])
+    seq_pixels = [p for p in pixels for _ in range(n)]
+    seq_grids = [g for g in grids for _ in range(n)]
+    seq_groups = [g for g in group_ids for _ in range(n)]
+    inputs = _vision_inputs(prompt_ids, prompt_mask, seq_pixels, seq_grids, image_pad_id)
+    pos = position_ids(model, prompt_ids, prompt_mask, inputs["mm_token_type_ids"], inputs["image_grid_thw"])
+    next_pos = next_positions(pos, prompt_mask)  # (B,)
+
+    B = prompt_ids.shape[0]
+    cache = DynamicCache(config=model.config) if _cache_takes_config() else DynamicCache()
+    logits, cache = forward_logits(model, input_ids=prompt_ids, attention_mask=prompt_mask, pos=pos,
+                                   pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"],
+                                   mm_token_type_ids=inputs["mm_token_type_ids"], cache=cache, logits_to_keep=1)
+    responses = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    resp_mask = torch.zeros((B, max_new_tokens), dtype=torch.long, device=device)
+    logps = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
+    alive = torch.ones(B, dtype=torch.bool, device=device)
+    attn = prompt_mask
+    for t in range(max_new_tokens):
+        step_logits = logits[:, -1, :].float() + bias  # (B, V)
+        if greedy:
+            tok = step_logits.argmax(-1)
+            lp = torch.log_softmax(step_logits, -1).gather(-1, tok[:, None]).squeeze(-1)
+        else:
+            tok, lp = sample_from_logits(step_logits, temperature=temperature, top_k=top_k, top_p=top_p,
+                                         generator=generator)
+        tok = torch.where(alive, tok, torch.full_like(tok, pad_id))
+        responses[:, t] = tok
+        resp_mask[:, t] = alive.long()
+        logps[:, t] = torch.where(alive, lp, torch.zeros_like(lp))
+        if not ignore_eos:
+            alive = alive & (tok != eos_id)
+        if t == max_new_tokens - 1 or not bool(alive.any()):
+            break
+        attn = torch.cat([attn, alive.long()[:, None]], dim=1)
+        step_pos = (next_pos + t)[:, None]  # (B, 1)
+        if pos.dim() == 3:
+            step_pos = step_pos[None].expand(3, -1, -1)
+        logits, cache = forward_logits(model, input_ids=tok[:, None], attention_mask=attn, pos=step_pos, cache=cache)
+    return RolloutBatch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=responses,
+                        response_mask=resp_mask, rollout_logp=logps, group_ids=seq_groups, pixels=seq_pixels,
+                        grids=seq_grids)
+
+
+def _cache_takes_config() -> bool:
+    import inspect
+
+    from transformers import DynamicCache
+
+    return "config" in inspect.signature(DynamicCache.__init__).parameters

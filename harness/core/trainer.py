@@ -1,0 +1,291 @@
+"""The GRPO loop, top to bottom: generate → score → advantage → old/ref log-probs → update → log.
+
+Departures from verl worth knowing (each deliberate):
+- Sampling runs in this process with the policy's own KV cache (no vLLM); the recipe's
+  rollout engine settings are checked by the safety rules but not used for sampling.
+- Old log-probs are recomputed by the actor before the update (as verl does); the rollout's
+  own log-probs are kept only for the ``training/rollout_probs_diff_*`` metrics.
+- Responses are padded to exactly ``max_response_length`` so shapes (and so kernels) do not
+  depend on what was sampled.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.core import algos
+from harness.core.data import PromptLoader, build_synthetic, collate_prompts, load_local
+from harness.core.device import peak_memory_gb, reset_peak_memory, synchronize
+from harness.core.models import BuiltModel, banned_bias, build_models
+from harness.core.reward import get_reward
+from harness.core.rollout import RolloutBatch, generate
+from harness.core.tokenizer import NON_SAMPLABLE, load_tokenizer, special_token_ids
+from harness.core.update import LossConfig, batched_logprobs, update_actor
+from harness.core.vision import build_image_processor
+
+TIMING_PREFIXES = ("timing_s/", "perf/")  # wall-clock dependent: excluded from bitwise comparisons
+
+
+@dataclass
+class Dist:
+    """This process's place in a data-parallel job (world 1 = single process)."""
+
+    rank: int = 0
+    world: int = 1
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] = field(default=lambda t: t)
+    all_gather_objects: Callable[[Any], list[Any]] = field(default=lambda o: [o])
+
+
+def lr_lambda(step: int, *, total: int, warmup: int, kind: str, min_ratio: float) -> float:
+    """Multiplier of the peak LR after ``step`` optimiser-schedule steps (linear warmup)."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if kind == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def step_generator(device: torch.device, seed: int, step: int, rank: int, stream: int = 0) -> torch.Generator:
+    """A generator seeded from (seed, step, rank, stream): reproducible per step, independent of history."""
+    mixed = np.random.SeedSequence([seed, step, rank, stream]).generate_state(1, dtype=np.uint64)[0]
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(mixed) & 0x7FFF_FFFF_FFFF_FFFF)
+    return gen
+
+
+class GRPOTrainer:
+    """Builds everything from a resolved recipe config, then runs steps."""
+
+    def __init__(self, cfg: dict[str, Any], *, device: torch.device, peak_tflops: float, dist: Dist | None = None,
+                 warm_start_fn: Callable[[GRPOTrainer], dict[str, Any]] | None = None,
+                 model_wrapper: Callable[[BuiltModel], BuiltModel] | None = None) -> None:
+        self.cfg = cfg
+        self.device = device
+        self.dist = dist or Dist()
+        self.peak_tflops = peak_tflops
+        self.seed = int(cfg["seed"])
+        arr = cfg["actor_rollout_ref"]
+        self.actor_cfg, self.rollout_cfg = arr["actor"], arr["rollout"]
+        self.tok = load_tokenizer()
+        self.ids = special_token_ids(self.tok)
+        vision = cfg["model"]["architecture"].get("vision")
+        self.merge = vision["spatial_merge_size"] if vision else 1
+        self.image_processor = build_image_processor(
+            vision["patch_size"], vision["temporal_patch_size"], self.merge, vision["min_pixels"],
+            vision["max_pixels"]) if vision else None
+        self.train_examples, self.val_examples = self._datasets()
+        data = cfg["data"]
+        self.loader = PromptLoader(self.train_examples, self.tok, self.image_processor, self.merge,
+                                   batch_size=data["train_batch_size"], max_prompt_length=data["max_prompt_length"],
+                                   truncation=data["truncation"], filter_overlong_prompts=data["filter_overlong_prompts"],
+                                   shuffle=data["shuffle"], seed=self.seed)
+        self.models = build_models(cfg, self.ids, device, self.seed, with_ref=bool(self.actor_cfg["use_kl_loss"]))
+        vocab = cfg["model"]["architecture"]["text"]["vocab_size"]
+        self.bias = banned_bias(vocab, list(NON_SAMPLABLE) + list(range(len(self.tok), vocab)), device)
+        self.warm_start_info = warm_start_fn(self) if warm_start_fn else {}
+        if self.models.ref is not None and self.warm_start_info:
+            self.models.ref.load_state_dict(self.models.actor.state_dict())
+        if model_wrapper is not None:
+            self.models = model_wrapper(self.models)
+        self.reward_fn = get_reward(cfg["reward"]["name"])
+        self.optimizer, self.scheduler = self._optimizer()
+        self.loss_cfg = LossConfig(
+            clip_low=self.actor_cfg["clip_ratio_low"], clip_high=self.actor_cfg["clip_ratio_high"],
+            clip_ratio_c=self.actor_cfg["clip_ratio_c"], agg_mode=self.actor_cfg["loss_agg_mode"],
+            entropy_coeff=self.actor_cfg["entropy_coeff"], use_kl_loss=self.actor_cfg["use_kl_loss"],
+            kl_coef=self.actor_cfg["kl_loss_coef"], kl_type=self.actor_cfg["kl_loss_type"],
+            temperature=self.rollout_cfg["temperature"], policy_loss=self.actor_cfg["policy_loss"]["loss_mode"])
+        self.advantage_sign = 1.0  # -1 only in the sign-flip mutation test
+        self.tokens_seen = 0
+
+    # ------------------------------------------------------------------ setup helpers
+    def _datasets(self) -> tuple[list[Any], list[Any]]:
+        data = self.cfg["data"]
+        syn = data["synthetic"]
+        train = load_local(data["train_files"]) if data["train_files"] else build_synthetic(
+            syn["tasks"], syn["train_size"], self.seed, "train", syn["image_size"])
+        val = load_local(data["val_files"]) if data["val_files"] else build_synthetic(
+            syn["tasks"], syn["val_size"], self.seed, "val", syn["image_size"])
+        return train, val
+
+    def _optimizer(self) -> tuple[torch.optim.Optimizer, Any]:
+        optim = self.actor_cfg["optim"]
+        params = [p for p in self.models.actor.parameters() if p.requires_grad]
+        fused = self.device.type == "cuda" and not self.cfg["deterministic"]
+        opt = torch.optim.AdamW(params, lr=optim["lr"], betas=tuple(optim["betas"]), weight_decay=optim["weight_decay"],
+                                eps=1e-8, fused=fused or None, foreach=None if fused else False)
+        total = int(self.cfg["trainer"]["total_training_steps"])
+        warmup = optim["lr_warmup_steps"] if optim["lr_warmup_steps"] >= 0 else int(optim["lr_warmup_steps_ratio"] * total)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(
+            s, total=total, warmup=warmup, kind=optim["lr_scheduler_type"], min_ratio=optim["min_lr_ratio"]))
+        return opt, sched
+
+    def _prompts_on_device(self, batch: list[Any]) -> tuple[dict[str, torch.Tensor], list[Any], list[Any], list[Any]]:
+        collated = collate_prompts(batch, self.ids["pad"], self.ids["image_pad"])
+        prompts = {k: collated[k].to(self.device) for k in ("input_ids", "attention_mask")}
+        pixels = [p.pixel_values.to(self.device, self.models.actor.dtype) if p.pixel_values is not None else None
+                  for p in batch]
+        grids = [p.image_grid_thw.to(self.device) if p.image_grid_thw is not None else None for p in batch]
+        return prompts, pixels, grids, [p.example.uid for p in batch]
+
+    # ------------------------------------------------------------------ one GRPO step
+    def rollout(self, batch: list[Any], *, step: int, n: int, sampling: dict[str, Any], greedy: bool = False,
+                ignore_eos: bool = False) -> RolloutBatch:
+        prompts, pixels, grids, uids = self._prompts_on_device(batch)
+        model = self.models.actor
+        was_training = model.training
+        model.eval()
+        try:
+            return generate(model, prompts, n=n, max_new_tokens=self.cfg["data"]["max_response_length"],
+                            temperature=sampling["temperature"], top_k=sampling["top_k"], top_p=sampling["top_p"],
+                            eos_id=self.ids["eos"], pad_id=self.ids["pad"], image_pad_id=self.ids["image_pad"],
+                            bias=self.bias, generator=step_generator(self.device, self.seed, step, self.dist.rank),
+                            group_ids=uids, pixels=pixels, grids=grids, greedy=greedy, ignore_eos=ignore_eos)
+        finally:
+            model.train(was_training)
+
+    def score(self, rb: RolloutBatch, examples: list[Any], n: int) -> dict[str, torch.Tensor]:
+        """Rule-based rewards per sequence (decoded without special tokens)."""
+        scores, accs, fmts = [], [], []
+        for i in range(rb.size):
+            ids = rb.response_ids[i][rb.response_mask[i].bool()].tolist()
+            text = self.tok.decode(ids, skip_special_tokens=True)
+            res = self.reward_fn(text, examples[i // n].answer)
+            scores.append(res.score)
+            accs.append(res.acc)
+            fmts.append(res.format)
+        as_t = lambda v: torch.tensor(v, dtype=torch.float32, device=self.device)  # noqa: E731
+        return {"scores": as_t(scores), "acc": as_t(accs), "format": as_t(fmts)}
+
+    def step(self, step: int) -> dict[str, float]:
+        """One GRPO step; returns the step's metrics (verl names)."""
+        timing: dict[str, float] = {}
+        reset_peak_memory(self.device)
+        t_step = self._tick()
+        batch = self.loader.next_batch()
+        n = self.rollout_cfg["n"]
+
+        t = self._tick()
+        rb = self.rollout(batch, step=step, n=n, sampling=self.rollout_cfg)
+        timing["timing_s/gen"] = self._tock(t)
+
+        t = self._tick()
+        rewards = self.score(rb, [p.example for p in batch], n)
+        timing["timing_s/reward"] = self._tock(t)
+
+        t = self._tick()
+        adv_fn = algos.get_adv_estimator(self.cfg["algorithm"]["adv_estimator"])
+        adv = adv_fn(rewards["scores"], rb.group_ids, rb.response_mask, eps=1e-6,
+                     norm_by_std=self.cfg["algorithm"]["norm_adv_by_std_in_grpo"]) * self.advantage_sign
+        rb.tensors.update(advantages=adv, scores=rewards["scores"])
+        timing["timing_s/adv"] = self._tock(t)
+
+        lp_kw = dict(bias=self.bias, temperature=self.loss_cfg.temperature, image_pad_id=self.ids["image_pad"])
+        t = self._tick()
+        rb.tensors["old_logp"] = batched_logprobs(self.models.actor, rb,
+                                                  self.rollout_cfg["log_prob_micro_batch_size_per_gpu"] or rb.size,
+                                                  **lp_kw)
+        timing["timing_s/old_log_prob"] = self._tock(t)
+        if self.models.ref is not None:
+            t = self._tick()
+            rb.tensors["ref_logp"] = batched_logprobs(
+                self.models.ref, rb, self.cfg["actor_rollout_ref"]["ref"]["log_prob_micro_batch_size_per_gpu"]
+                or rb.size, **lp_kw)
+            timing["timing_s/ref"] = self._tock(t)
+
+        t = self._tick()
+        world = self.dist.world
+        mini = self.actor_cfg["ppo_mini_batch_size"] * n // world
+        micro = self.actor_cfg["ppo_micro_batch_size_per_gpu"] or mini
+        self.models.actor.train()
+        upd = update_actor(self.models.actor, self.optimizer, self.scheduler, rb, cfg=self.loss_cfg, mini_size=mini,
+                           micro_size=micro, epochs=self.actor_cfg["ppo_epochs"],
+                           clip_grad=self.actor_cfg["optim"]["clip_grad"], bias=self.bias,
+                           image_pad_id=self.ids["image_pad"], generator=None, all_reduce=self.dist.all_reduce,
+                           grad_scale=getattr(self, "grad_scale", 1.0), clip_fn=getattr(self, "clip_fn", None))
+        timing["timing_s/update_actor"] = self._tock(t)
+        timing["timing_s/step"] = self._tock(t_step)
+        return self._metrics(rb, rewards, upd, timing)
+
+    # ------------------------------------------------------------------ metrics
+    def _tick(self) -> float:
+        synchronize(self.device)
+        return time.perf_counter()
+
+    def _tock(self, t0: float) -> float:
+        synchronize(self.device)
+        return time.perf_counter() - t0
+
+    def _reduce_mean(self, values: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Global mean / max / min over all ranks' sequences for each named per-sequence tensor."""
+        out: dict[str, float] = {}
+        for name, v in values.items():
+            v = v.double()
+            stats = self.dist.all_reduce(torch.stack([v.sum(), torch.tensor(float(v.numel()), dtype=torch.float64,
+                                                                             device=v.device)]))
+            out[f"{name}/mean"] = float(stats[0] / stats[1])
+            gathered = self.dist.all_gather_objects((float(v.max()), float(v.min())))
+            out[f"{name}/max"] = max(g[0] for g in gathered)
+            out[f"{name}/min"] = min(g[1] for g in gathered)
+        return out
+
+    def _metrics(self, rb: RolloutBatch, rewards: dict[str, torch.Tensor], upd: dict[str, float],
+                 timing: dict[str, float]) -> dict[str, float]:
+        resp_len = rb.response_mask.sum(-1).float()
+        prompt_len = rb.prompt_mask.sum(-1).float()
+        valid = rb.response_mask.bool()
+        seq_adv = (rb.tensors["advantages"] * rb.response_mask).sum(-1) / rb.response_mask.sum(-1).clamp(min=1)
+        m = dict(upd)
+        m.update(self._reduce_mean({
+            "critic/score": rewards["scores"], "critic/rewards": rewards["scores"], "critic/advantages": seq_adv,
+            "response_length": resp_len, "prompt_length": prompt_len,
+            "reward/acc": rewards["acc"], "reward/format": rewards["format"]}))
+        max_len = self.cfg["data"]["max_response_length"]
+        clipped = (resp_len >= max_len).double()
+        m["response_length/clip_ratio"] = float(self.dist.all_reduce(clipped.sum()) / (rb.size * self.dist.world))
+        diff = (rb.tensors["old_logp"].exp() - rb.rollout_logp.exp()).abs()[valid]
+        m["training/rollout_probs_diff_max"] = float(diff.max()) if diff.numel() else 0.0
+        m["training/rollout_probs_diff_mean"] = float(diff.mean()) if diff.numel() else 0.0
+        tokens = float(self.dist.all_reduce((resp_len.sum() + prompt_len.sum()).double()))
+        self.tokens_seen += int(tokens)
+        m["perf/total_num_tokens"] = tokens
+        m["perf/throughput"] = tokens / timing["timing_s/step"] / self.dist.world
+        flops = 6 * self.models.n_active_params * tokens * self.actor_cfg["ppo_epochs"]
+        m["perf/mfu"] = flops / timing["timing_s/update_actor"] / (self.peak_tflops * 1e12 * self.dist.world)
+        m["perf/max_memory_allocated_gb"] = peak_memory_gb(self.device)
+        m.update(timing)
+        return {k: m[k] for k in sorted(m)}
+
+    # ------------------------------------------------------------------ validation
+    @torch.no_grad()
+    def validate(self, step: int) -> dict[str, float]:
+        """Reward on the held-out split with the recipe's validation sampling (greedy or seeded)."""
+        vk = self.rollout_cfg["val_kwargs"]
+        loader = PromptLoader(self.val_examples, self.tok, self.image_processor, self.merge,
+                              batch_size=self.cfg["data"]["val_batch_size"] or len(self.val_examples),
+                              max_prompt_length=self.cfg["data"]["max_prompt_length"],
+                              truncation=self.cfg["data"]["truncation"],
+                              filter_overlong_prompts=self.cfg["data"]["filter_overlong_prompts"], shuffle=False,
+                              seed=self.seed)
+        per_source: dict[str, list[float]] = {}
+        for i in range(len(loader)):
+            batch = loader.next_batch()
+            greedy = not vk["do_sample"] or vk["temperature"] == 0
+            sampling = {"temperature": vk["temperature"] or 1.0, "top_k": vk["top_k"], "top_p": vk["top_p"]}
+            rb = self.rollout(batch, step=1_000_000 + step * 1000 + i, n=vk["n"], sampling=sampling, greedy=greedy)
+            scores = self.score(rb, [p.example for p in batch], vk["n"])["scores"].tolist()
+            for j, s in enumerate(scores):
+                per_source.setdefault(batch[j // vk["n"]].example.data_source, []).append(s)
+        out = {}
+        for src, vals in sorted(per_source.items()):
+            gathered = [v for part in self.dist.all_gather_objects(vals) for v in part]
+            out[f"val-core/{src}/reward/mean"] = float(np.mean(gathered))
+        return out

@@ -1,0 +1,132 @@
+"""Log-prob forwards and the actor update (mini-batches × micro-batches, gradient accumulation).
+
+Loss scaling: each micro-batch's loss is aggregated with the *mini-batch's* global
+denominators (token count for ``token-mean``, valid-sequence count for the ``seq-*`` modes),
+so the sum over micro-batches — and over data-parallel ranks, whose counts are all-reduced —
+equals the loss of the whole mini-batch for every aggregation mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from harness.core import algos
+from harness.core.models import forward_logits, position_ids
+from harness.core.rollout import RolloutBatch
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    clip_low: float
+    clip_high: float
+    clip_ratio_c: float
+    agg_mode: str
+    entropy_coeff: float
+    use_kl_loss: bool
+    kl_coef: float
+    kl_type: str
+    temperature: float
+    policy_loss: str = "vanilla"
+
+
+def micro_batches(n: int, size: int) -> list[list[int]]:
+    size = max(1, size)
+    return [list(range(i, min(n, i + size))) for i in range(0, n, size)]
+
+
+def sequence_logprobs(model: torch.nn.Module, batch: RolloutBatch, *, bias: Tensor, temperature: float,
+                      image_pad_id: int, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Log-probs (B, R) of the response tokens (and entropies (B, R)) under ``model``."""
+    inputs = batch.model_inputs(image_pad_id)
+    pos = position_ids(model, inputs["input_ids"], inputs["attention_mask"], inputs["mm_token_type_ids"],
+                       inputs["image_grid_thw"])
+    R = batch.response_ids.shape[1]
+    logits, _ = forward_logits(model, input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], pos=pos,
+                               pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"],
+                               mm_token_type_ids=inputs["mm_token_type_ids"], logits_to_keep=R + 1)
+    logits = (logits[:, :-1, :].float() + bias) / temperature  # (B, R, V): position t predicts response token t
+    logp = algos.logprobs_from_logits(logits, batch.response_ids)
+    ent = algos.entropy_from_logits(logits) if with_entropy else None
+    return logp, ent
+
+
+@torch.no_grad()
+def batched_logprobs(model: torch.nn.Module, batch: RolloutBatch, micro: int, **kw: Any) -> Tensor:
+    parts = [sequence_logprobs(model, batch.select(idx), **kw)[0] for idx in micro_batches(batch.size, micro)]
+    return torch.cat(parts, dim=0)
+
+
+def _count(mask: Tensor, all_reduce: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+    tokens = mask.sum().to(torch.float64)
+    seqs = (mask.sum(-1) > 0).sum().to(torch.float64)
+    both = all_reduce(torch.stack([tokens, seqs]))
+    return both[0], both[1]
+
+
+def update_actor(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, batch: RolloutBatch, *,
+                 cfg: LossConfig, mini_size: int, micro_size: int, epochs: int, clip_grad: float, bias: Tensor,
+                 image_pad_id: int, generator: torch.Generator | None,
+                 all_reduce: Callable[[Tensor], Tensor] = lambda t: t, grad_scale: float = 1.0,
+                 clip_fn: Callable[[], Tensor] | None = None) -> dict[str, float]:
+    """PPO epochs over mini-batches; one optimiser step per mini-batch. Returns averaged metrics.
+
+    ``grad_scale`` compensates a data-parallel gradient *average* (FSDP divides by world size):
+    the losses here are sums over ranks, so the backward is scaled by the world size.
+    """
+    loss_fn = algos.get_policy_loss(cfg.policy_loss)
+    kl_fn = algos.get_kl(cfg.kl_type) if cfg.use_kl_loss else None
+    sums: dict[str, float] = {}
+    n_steps = 0
+    adv, old, ref = batch.tensors["advantages"], batch.tensors["old_logp"], batch.tensors.get("ref_logp")
+    for _ in range(epochs):
+        for mini_idx in micro_batches(batch.size, mini_size):
+            mini = batch.select(mini_idx)
+            g_tokens, g_seqs = _count(mini.response_mask, all_reduce)
+            agg = dict(global_tokens=g_tokens, global_seqs=g_seqs)
+            optimizer.zero_grad(set_to_none=True)
+            acc: dict[str, float] = {}
+            for idx in micro_batches(mini.size, micro_size):
+                mb = mini.select(idx)
+                mask = mb.response_mask
+                logp, ent = sequence_logprobs(model, mb, bias=bias, temperature=cfg.temperature,
+                                              image_pad_id=image_pad_id, with_entropy=True)
+                pg, stats = loss_fn(mb.tensors["old_logp"], logp, mb.tensors["advantages"], mask,
+                                    clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_ratio_c=cfg.clip_ratio_c,
+                                    agg_mode=cfg.agg_mode, **agg)
+                ent_loss = algos.agg_loss(ent, mask, cfg.agg_mode, **agg)
+                loss = pg - cfg.entropy_coeff * ent_loss
+                if kl_fn is not None:
+                    kl = algos.agg_loss(kl_fn(logp, mb.tensors["ref_logp"]), mask, cfg.agg_mode, **agg)
+                    loss = loss + cfg.kl_coef * kl
+                    acc["actor/kl_loss"] = acc.get("actor/kl_loss", 0.0) + float(kl.detach())
+                (loss * grad_scale).backward()
+                # token-weighted metric sums (divided by the mini-batch token count below)
+                w = float(mask.sum())
+                acc["actor/pg_loss"] = acc.get("actor/pg_loss", 0.0) + float(pg.detach())
+                acc["actor/entropy"] = acc.get("actor/entropy", 0.0) + float(ent_loss.detach())
+                for k in ("pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"):
+                    acc[f"actor/{k}"] = acc.get(f"actor/{k}", 0.0) + float(stats[k]) * w
+            local_tokens = float(mini.response_mask.sum())
+            for k in ("pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"):
+                acc[f"actor/{k}"] = acc[f"actor/{k}"] / max(local_tokens, 1.0)
+            grad_norm = clip_fn() if clip_fn is not None else torch.nn.utils.clip_grad_norm_(
+                [p for p in model.parameters() if p.requires_grad], clip_grad)
+            grad_norm_f = float(grad_norm)
+            if torch.isfinite(torch.tensor(grad_norm_f)):
+                optimizer.step()
+            else:
+                acc["actor/grad_norm_nonfinite"] = 1.0
+            acc["actor/grad_norm"] = grad_norm_f
+            acc["actor/lr"] = float(optimizer.param_groups[0]["lr"])
+            for k, v in acc.items():
+                sums[k] = sums.get(k, 0.0) + v
+            n_steps += 1
+    if scheduler is not None:
+        scheduler.step()
+    del adv, old, ref
+    return {k: v / n_steps for k, v in sums.items()}

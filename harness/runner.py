@@ -1,0 +1,163 @@
+"""Run one resolved recipe in this process (or as one rank of a torchrun job) and record it.
+
+``train()`` is what ``harness run --runtime local`` does and what each torchrun rank does:
+seed → build → (warm-start) → loop (step, log, validate) → finish the record. Test-only fault
+injection (``HARNESS_FAULT``) exists so the gate's mutation tests can prove it catches a flipped
+advantage sign or a slowdown; a run with a fault is marked as such in its manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness import __version__
+from harness.core.device import numerics_env, resolve_device, set_determinism
+from harness.core.trainer import Dist, GRPOTrainer
+from harness.core.warmstart import run_warm_start
+from harness.errors import HarnessError
+from harness.profiles import probe_machine
+from harness.recipe import Resolved
+from harness.record import RunRecord, git_revision, software_versions
+
+FAULTS = ("flip-advantage", "slowdown")
+
+
+def parse_fault(text: str | None) -> dict[str, Any]:
+    """``flip-advantage`` or ``slowdown:0.3`` (extra fraction of step time); empty = none."""
+    if not text:
+        return {}
+    name, _, arg = text.partition(":")
+    if name not in FAULTS:
+        raise HarnessError(f"unknown fault '{name}'", key_path="HARNESS_FAULT", fix=f"use one of {', '.join(FAULTS)}")
+    if name == "slowdown":
+        try:
+            return {"slowdown": float(arg)}
+        except ValueError:
+            raise HarnessError(f"bad slowdown '{arg}'", key_path="HARNESS_FAULT", fix="write slowdown:0.3") from None
+    return {name: True}
+
+
+def runtime_info(kind: str, world: int) -> dict[str, Any]:
+    return {"kind": kind, "world_size": world, "nnodes": int(os.environ.get("NNODES", "1") or 1),
+            "image_id": os.environ.get("HARNESS_IMAGE_ID"), "lock_sha256": os.environ.get("HARNESS_LOCK_SHA256")}
+
+
+def base_manifest(res: Resolved, *, steps: int, runtime: str, world: int, fault: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "recipe": {"name": res.name, "path": res.path, "hash": res.recipe_hash, "config_hash": res.config_hash},
+        "profile": res.profile_name, "scale": res.scale, "seed": res.config["seed"],
+        "deterministic": res.config["deterministic"], "overrides": res.overrides,
+        "steps": {"requested": steps, "completed": 0},
+        "harness": {"version": __version__, **git_revision()},
+        "software": software_versions(), "machine": probe_machine().as_dict(),
+        "runtime": runtime_info(runtime, world), "env": numerics_env(),
+        "fault_injection": fault or None, "resolved_config": res.config,
+    }
+
+
+class _Progress:
+    """A live bar on a terminal; one plain line per step otherwise (CI logs)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.enabled = enabled
+        self.total = total
+        self.rich = None
+        if enabled and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.rich = Progress(TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TextColumn("{task.description}"), transient=False)
+            self.task = self.rich.add_task("", total=total)
+            self.rich.start()
+
+    def update(self, step: int, m: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        text = (f"reward {m.get('critic/score/mean', float('nan')):.3f}  loss {m.get('actor/pg_loss', float('nan')):+.4f}"
+                f"  kl {m.get('actor/kl_loss', 0.0):.4f}  {m.get('perf/throughput', 0.0):,.0f} tok/s")
+        if self.rich is not None:
+            self.rich.update(self.task, completed=step, description=text)
+        else:
+            print(f"step {step}/{self.total}  {text}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.rich is not None:
+            self.rich.stop()
+
+
+def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: str = "local", progress: bool = True,
+          dist: Dist | None = None, local_rank: int = 0) -> dict[str, Any]:
+    """Train ``res`` for ``steps`` (default: the recipe's total) and record it; returns the manifest."""
+    cfg = res.config
+    dist = dist or Dist()
+    total = int(steps or cfg["trainer"]["total_training_steps"])
+    fault = parse_fault(os.environ.get("HARNESS_FAULT"))
+    set_determinism(int(cfg["seed"]), bool(cfg["deterministic"]))
+    device = resolve_device(cfg["trainer"]["device"], local_rank)
+    is_writer = dist.rank == 0
+    record = RunRecord(run_dir, base_manifest(res, steps=total, runtime=runtime, world=dist.world, fault=fault)) \
+        if is_writer else None
+    bar = _Progress(total, progress and is_writer)
+    try:
+        trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.profile["accelerator"]["peak_bf16_tflops"],
+                              dist=dist, warm_start_fn=run_warm_start, model_wrapper=getattr(dist, "wrap", None))
+        if fault.get("flip-advantage"):
+            trainer.advantage_sign = -1.0
+        if record is not None:
+            record.update(model={"family": cfg["model"]["family"], "n_params": trainer.models.n_params,
+                                 "n_active_params": trainer.models.n_active_params,
+                                 "attn_implementation": trainer.models.attn_implementation,
+                                 "notes": list(trainer.models.notes)},
+                          warm_start=trainer.warm_start_info or None,
+                          data={"train_size": len(trainer.train_examples), "val_size": len(trainer.val_examples),
+                                "num_filtered": trainer.loader.num_filtered})
+        test_freq = cfg["trainer"]["test_freq"]
+        if cfg["trainer"]["val_before_train"] and test_freq > 0:
+            val = trainer.validate(0)
+            if record is not None:
+                record.metrics.write(0, val)
+        for step in range(1, total + 1):
+            metrics = trainer.step(step)
+            if fault.get("slowdown"):
+                extra = metrics["timing_s/step"] * fault["slowdown"]
+                time.sleep(extra)
+                metrics["timing_s/step"] += extra
+                metrics["perf/throughput"] = metrics["perf/total_num_tokens"] / metrics["timing_s/step"] / dist.world
+            if test_freq > 0 and (step % test_freq == 0 or step == total):
+                metrics.update(trainer.validate(step))
+            if record is not None:
+                record.metrics.write(step, metrics)
+                record.manifest["steps"]["completed"] = step
+                if step == total or step % 5 == 0:
+                    record.save()
+            bar.update(step, metrics)
+    except KeyboardInterrupt:
+        bar.close()
+        if record is not None:
+            record.finish("interrupted", "interrupted by the user")
+        raise
+    except HarnessError as err:
+        bar.close()
+        if record is not None:
+            record.finish("failed", err.one_line())
+        raise
+    except Exception as err:  # noqa: BLE001 - recorded, then re-raised for the caller's one-line report
+        bar.close()
+        if record is not None:
+            record.finish("failed", f"{type(err).__name__}: {err}")
+        raise
+    bar.close()
+    if record is None:
+        return {}
+    record.finish("complete")
+    return record.manifest
+
+
+def torch_threads_note() -> str:
+    return f"torch threads {torch.get_num_threads()}"
