@@ -9,6 +9,7 @@ a reader never sees a half-written file and a crash leaves the old one in place.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from json.decoder import JSONDecodeError, scanstring
@@ -60,10 +61,13 @@ class _Parser:
         if ch == "[":
             return self.arr(pos + 1, path)
         try:
-            return _SCALAR.raw_decode(self.text, pos)
+            value, end = _SCALAR.raw_decode(self.text, pos)
         except (JSONDecodeError, ValueError) as err:
             raise self.fail(pos, f"invalid JSON value ({getattr(err, 'msg', err)})", path,
                             "use a JSON string, number, true, false, null, object or array") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.fail(pos, "number out of range (overflows to infinity)", path, "use a finite number")
+        return value, end
 
     def obj(self, pos: int, path: str) -> tuple[dict[str, Any], int]:
         out: dict[str, Any] = {}
@@ -121,7 +125,10 @@ class _Parser:
 def loads_strict(text: str, file: str = "<string>") -> Any:
     """Parse JSON text strictly (see module docstring)."""
     parser = _Parser(text, file)
-    value, pos = parser.value(0, "")
+    try:
+        value, pos = parser.value(0, "")
+    except RecursionError:
+        raise HarnessError("nesting too deep", file=file, fix="flatten the document") from None
     pos = parser.skip(pos)
     if pos != len(text):
         raise parser.fail(pos, "extra data after the JSON document", fix="keep one JSON value per file")

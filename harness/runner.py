@@ -106,7 +106,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     bar = _Progress(total, progress and is_writer)
     try:
         trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.profile["accelerator"]["peak_bf16_tflops"],
-                              dist=dist, warm_start_fn=run_warm_start, model_wrapper=getattr(dist, "wrap", None))
+                              dist=dist, warm_start_fn=run_warm_start)
         if fault.get("flip-advantage"):
             trainer.advantage_sign = -1.0
         if record is not None:

@@ -75,6 +75,10 @@ def _message(err: ValidationError) -> str:
         allowed = set((err.schema.get("properties") or {}).keys())
         extra = [k for k in err.instance if k not in allowed]
         return f"unknown key{'s' if len(extra) > 1 else ''} {', '.join(repr(k) for k in extra)}"
+    if err.validator == "not":
+        return f"{err.instance!r} is not allowed"
+    if not err.absolute_path and err.validator == "type":
+        return f"top-level value must be an object, got {type(err.instance).__name__}"
     msg = err.message
     return msg if len(msg) <= 200 else msg[:197] + "..."
 

@@ -157,7 +157,8 @@ def _model() -> dict[str, Any]:
                        "Never a hub id.", nullable=True, min_length=1),
         "revision": string("Pinned 40-hex commit of the weights; required before any code-loading opt-in.",
                            nullable=True, pattern="^[0-9a-f]{40}$"),
-        "dtype": string("Parameter and compute dtype.", enum=["float32", "bfloat16", "float16"]),
+        "dtype": string("Parameter and compute dtype (float64: a numerics reference mode for equivalence tests).",
+                        enum=["float32", "bfloat16", "float16", "float64"]),
         "attn_implementation": string("Attention kernel: sdpa, flash_attention_2 (when installed) or eager.",
                                       enum=["sdpa", "flash_attention_2", "eager"]),
         "architecture": _architecture(),
@@ -209,7 +210,9 @@ def _actor() -> dict[str, Any]:
         "param_offload": boolean("Keep parameters in host memory between uses."),
         "optimizer_offload": boolean("Keep optimizer state in host memory."),
         "enable_full_shard": boolean("Shard parameters, gradients and optimizer state (ZeRO-3 / FSDP full shard)."),
-        "fsdp_size": integer("Devices one model replica is sharded over (-1 = all data-parallel ranks).", -1),
+        "fsdp_size": {**integer("Devices one model replica is sharded over: -1 = all data-parallel ranks, else a positive count "
+                                   "(0 is not allowed).", -1),
+                      "not": {"const": 0}},
         "ulysses_parallel_size": integer("Ulysses sequence-parallel degree.", 1),
         "expert_parallel_size": integer("Expert-parallel degree.", 1),
         "attn_implementation": string("Attention kernel the engine asks for.",
@@ -421,6 +424,7 @@ def all_schemas() -> dict[str, dict[str, Any]]:
         "recipe.schema.json": recipe_schema(resolved=False),
         "resolved-recipe.schema.json": recipe_schema(resolved=True),
         "profile.schema.json": profile_schema(),
+        **__import__("harness.schema_defs_records", fromlist=["record_schemas"]).record_schemas(),
     }
 
 

@@ -40,7 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", type=Path, help="baseline file (default: baselines/<recipe>/<profile>-<scale>.json)")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run from its newest "
                    "complete checkpoint")
-    p.add_argument("--stage", choices=("all", "train"), default="all", help=argparse.SUPPRESS)
+    p.add_argument("--nproc-per-node", type=int, help="torchrun processes per node on the cpu profile "
+                   "(accelerator profiles use trainer.n_gpus_per_node)")
+    p.add_argument("--stage", choices=("all", "train"), default="all",
+                   help="train = only train and record (used inside containers and on every Slurm node)")
 
 
 def resolve_args(args: argparse.Namespace) -> Resolved:
@@ -127,7 +130,10 @@ def execute(args: argparse.Namespace) -> int:
         if (run_dir / "manifest.json").exists() and args.stage == "all":
             raise HarnessError("run directory already holds a run", file=str(run_dir),
                                fix="choose another --out, or --resume it")
-    runtime, image = ("local", None) if args.stage == "train" else choose_runtime(args.runtime, res, args.image)
+    if args.stage == "train":
+        runtime, image = ("torchrun", None) if args.runtime == "torchrun" else ("local", None)
+    else:
+        runtime, image = choose_runtime(args.runtime, res, args.image)
     train_stage(res, args, run_dir, runtime, image)
     if args.stage == "train":
         return EXIT_OK

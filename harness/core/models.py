@@ -23,7 +23,14 @@ from torch import Tensor
 
 from harness.errors import HarnessError
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+
+
+def upcast(x: Tensor) -> Tensor:
+    """At least float32 (float64 stays float64): log-softmax and sampling never run in bf16."""
+    return x if x.dtype == torch.float64 else x.float()
+# recipe moe_implementation -> transformers experts implementation (fused = grouped GEMM)
+EXPERTS = {"fused": "grouped_mm", "eager": "eager"}
 BANNED_LOGIT = -1e9  # large finite negative: -inf would make 0 * -inf = NaN at padded positions
 
 
@@ -121,6 +128,7 @@ def build_models(cfg: dict[str, Any], token_ids: dict[str, int], device: torch.d
     model_cfg = cfg["model"]
     dtype = DTYPES[model_cfg["dtype"]]
     attn, notes = pick_attention(model_cfg["attn_implementation"], device)
+    experts = EXPERTS.get(cfg["actor_rollout_ref"]["actor"]["veomni"]["moe_implementation"])
     cls = _model_class(model_cfg["family"])
     if model_cfg["path"]:
         path = Path(model_cfg["path"]).expanduser()
@@ -138,6 +146,8 @@ def build_models(cfg: dict[str, Any], token_ids: dict[str, int], device: torch.d
     else:
         config = build_config(cfg, token_ids)
         config._attn_implementation = attn  # noqa: SLF001 - transformers' documented way before init
+        if experts is not None and hasattr(config, "_experts_implementation"):
+            config._experts_implementation = experts  # noqa: SLF001
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             actor = cls(config).to(dtype=dtype)
@@ -203,8 +213,8 @@ def forward_logits(model: torch.nn.Module, *, input_ids: Tensor, attention_mask:
 
 
 def banned_bias(vocab_size: int, banned: list[int], device: torch.device) -> Tensor:
-    """(V,) float32 bias: 0, or BANNED_LOGIT at tokens a response may never contain."""
-    bias = torch.zeros(vocab_size, dtype=torch.float32, device=device)
+    """(V,) bias: 0, or BANNED_LOGIT at tokens a response may never contain (cast to the logits' dtype)."""
+    bias = torch.zeros(vocab_size, dtype=torch.float64, device=device)
     ids = [i for i in banned if i < vocab_size]
     if ids:
         bias[ids] = BANNED_LOGIT

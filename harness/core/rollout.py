@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from harness.core.models import forward_logits, next_positions, position_ids
+from harness.core.models import forward_logits, next_positions, position_ids, upcast
 
 
 @dataclass
@@ -77,14 +77,16 @@ def _vision_inputs(input_ids: Tensor, attention_mask: Tensor, pixels: list[Tenso
     }
 
 
-def sample_from_logits(logits: Tensor, *, temperature: float, top_k: int, top_p: float, generator: torch.Generator
+def sample_from_logits(logits: Tensor, *, temperature: float, top_k: int, top_p: float, uniforms: Tensor
                        ) -> tuple[Tensor, Tensor]:
-    """Sample one token per row; return (tokens (B,), log-prob under softmax(logits / T)) (B,).
+    """Sample one token per row by inverse CDF with the given uniforms (B,) in [0, 1).
 
-    The returned log-prob is the unfiltered tempered softmax (what the loss recomputes); top-k /
-    top-p only restrict which tokens can be drawn (top_k ≤ 0 and top_p = 1 turn them off).
+    Returns (tokens (B,), log-prob under softmax(logits / T) (B,)). The log-prob is the
+    unfiltered tempered softmax (what the loss recomputes); top-k / top-p only restrict which
+    tokens can be drawn (top_k ≤ 0 and top_p = 1 turn them off). Uniforms drawn for the whole
+    global batch make a row's sample independent of how rows are split over ranks.
     """
-    scaled = logits.float() / temperature  # (B, V)
+    scaled = upcast(logits) / temperature  # (B, V)
     logp_all = torch.log_softmax(scaled, dim=-1)
     filtered = scaled
     if top_k and top_k > 0 and top_k < scaled.shape[-1]:
@@ -92,24 +94,35 @@ def sample_from_logits(logits: Tensor, *, temperature: float, top_k: int, top_p:
         filtered = filtered.masked_fill(filtered < kth, float("-inf"))
     if top_p < 1.0:
         sorted_logits, order = torch.sort(filtered, descending=True, dim=-1)
-        cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
-        drop_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) > top_p  # keep the token that crosses top_p
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        drop_sorted = (sorted_probs.cumsum(-1) - sorted_probs) > top_p  # keep the token that crosses top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         filtered = filtered.masked_fill(drop, float("-inf"))
-    probs = torch.softmax(filtered, dim=-1)
-    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+    cdf = torch.softmax(filtered, dim=-1).cumsum(-1)  # (B, V)
+    target = uniforms.to(cdf.dtype)[:, None] * cdf[:, -1:]
+    tokens = (cdf <= target).sum(-1).clamp(max=cdf.shape[-1] - 1)  # first index with cdf > u
     return tokens, logp_all.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def draw_uniforms(generator: torch.Generator, steps: int, global_batch: int, rows: list[int], device: torch.device
+                  ) -> Tensor:
+    """(steps, local B) uniforms: drawn for the whole global batch on the CPU, this rank's rows kept."""
+    u = torch.rand((steps, global_batch), generator=generator, dtype=torch.float64)
+    return u[:, rows].to(device=device, dtype=torch.float32)
 
 
 @torch.no_grad()
 def generate(model: torch.nn.Module, prompts: dict[str, Tensor], *, n: int, max_new_tokens: int, temperature: float,
              top_k: int, top_p: float, eos_id: int, pad_id: int, image_pad_id: int, bias: Tensor,
-             generator: torch.Generator, group_ids: list[Any], pixels: list[Tensor | None],
-             grids: list[Tensor | None], greedy: bool = False, ignore_eos: bool = False) -> RolloutBatch:
+             uniforms: Tensor, group_ids: list[Any], pixels: list[Tensor | None],
+             grids: list[Tensor | None], greedy: bool = False, ignore_eos: bool = False,
+             run_to_length: bool = False) -> RolloutBatch:
     """Sample ``n`` responses for each prompt of ``prompts`` (collated, left-padded, on device).
 
-    ``pixels``/``grids`` are per prompt; ``bias`` (V,) bans tokens. ``ignore_eos`` forces every
-    response to ``max_new_tokens`` (benchmarks doing fixed work).
+    ``pixels``/``grids`` are per prompt; ``bias`` (V,) bans tokens; ``uniforms`` (R, B) drive the
+    sampler. ``ignore_eos`` forces every response to ``max_new_tokens`` (benchmarks doing fixed
+    work); ``run_to_length`` keeps stepping after every row has stopped (sharded models need
+    every rank to run the same number of forwards).
     """
     from transformers import DynamicCache
 
@@ -130,24 +143,25 @@ def generate(model: torch.nn.Module, prompts: dict[str, Tensor], *, n: int, max_
                                    mm_token_type_ids=inputs["mm_token_type_ids"], cache=cache, logits_to_keep=1)
     responses = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     resp_mask = torch.zeros((B, max_new_tokens), dtype=torch.long, device=device)
-    logps = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
+    logps = torch.zeros((B, max_new_tokens), dtype=upcast(logits).dtype, device=device)
     alive = torch.ones(B, dtype=torch.bool, device=device)
     attn = prompt_mask
     for t in range(max_new_tokens):
-        step_logits = logits[:, -1, :].float() + bias  # (B, V)
+        step_logits = upcast(logits[:, -1, :])
+        step_logits = step_logits + bias.to(step_logits.dtype)  # (B, V)
         if greedy:
             tok = step_logits.argmax(-1)
             lp = torch.log_softmax(step_logits, -1).gather(-1, tok[:, None]).squeeze(-1)
         else:
             tok, lp = sample_from_logits(step_logits, temperature=temperature, top_k=top_k, top_p=top_p,
-                                         generator=generator)
+                                         uniforms=uniforms[t])
         tok = torch.where(alive, tok, torch.full_like(tok, pad_id))
         responses[:, t] = tok
         resp_mask[:, t] = alive.long()
         logps[:, t] = torch.where(alive, lp, torch.zeros_like(lp))
         if not ignore_eos:
             alive = alive & (tok != eos_id)
-        if t == max_new_tokens - 1 or not bool(alive.any()):
+        if t == max_new_tokens - 1 or (not run_to_length and not bool(alive.any())):
             break
         attn = torch.cat([attn, alive.long()[:, None]], dim=1)
         step_pos = (next_pos + t)[:, None]  # (B, 1)

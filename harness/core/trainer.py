@@ -25,10 +25,11 @@ from harness.core.data import PromptLoader, build_synthetic, collate_prompts, lo
 from harness.core.device import peak_memory_gb, reset_peak_memory, synchronize
 from harness.core.models import BuiltModel, banned_bias, build_models
 from harness.core.reward import get_reward
-from harness.core.rollout import RolloutBatch, generate
+from harness.core.rollout import RolloutBatch, draw_uniforms, generate
 from harness.core.tokenizer import NON_SAMPLABLE, load_tokenizer, special_token_ids
 from harness.core.update import LossConfig, batched_logprobs, update_actor
 from harness.core.vision import build_image_processor
+from harness.errors import HarnessError
 
 TIMING_PREFIXES = ("timing_s/", "perf/")  # wall-clock dependent: excluded from bitwise comparisons
 
@@ -41,6 +42,8 @@ class Dist:
     world: int = 1
     all_reduce: Callable[[torch.Tensor], torch.Tensor] = field(default=lambda t: t)
     all_gather_objects: Callable[[Any], list[Any]] = field(default=lambda o: [o])
+    wrap: Callable[[BuiltModel], BuiltModel] | None = None  # e.g. FSDP2 sharding (harness.core.parallel)
+    grad_scale: float = 1.0  # world size when the wrapper averages gradients over ranks
 
 
 def lr_lambda(step: int, *, total: int, warmup: int, kind: str, min_ratio: float) -> float:
@@ -65,8 +68,7 @@ class GRPOTrainer:
     """Builds everything from a resolved recipe config, then runs steps."""
 
     def __init__(self, cfg: dict[str, Any], *, device: torch.device, peak_tflops: float, dist: Dist | None = None,
-                 warm_start_fn: Callable[[GRPOTrainer], dict[str, Any]] | None = None,
-                 model_wrapper: Callable[[BuiltModel], BuiltModel] | None = None) -> None:
+                 warm_start_fn: Callable[[GRPOTrainer], dict[str, Any]] | None = None) -> None:
         self.cfg = cfg
         self.device = device
         self.dist = dist or Dist()
@@ -93,8 +95,8 @@ class GRPOTrainer:
         self.warm_start_info = warm_start_fn(self) if warm_start_fn else {}
         if self.models.ref is not None and self.warm_start_info:
             self.models.ref.load_state_dict(self.models.actor.state_dict())
-        if model_wrapper is not None:
-            self.models = model_wrapper(self.models)
+        if self.dist.wrap is not None:
+            self.models = self.dist.wrap(self.models)
         self.reward_fn = get_reward(cfg["reward"]["name"])
         self.optimizer, self.scheduler = self._optimizer()
         self.loss_cfg = LossConfig(
@@ -137,9 +139,33 @@ class GRPOTrainer:
         return prompts, pixels, grids, [p.example.uid for p in batch]
 
     # ------------------------------------------------------------------ one GRPO step
+    def shard(self, num_prompts: int) -> list[int]:
+        """Indices of this rank's prompts: every mini-batch of the global batch is split evenly over the ranks.
+
+        Rank r keeps part r of each mini-batch, so mini-batch j holds the same prompts whatever
+        the world size (a 2-process run matches a 1-process run), and a group never spans ranks.
+        """
+        world, rank = self.dist.world, self.dist.rank
+        mini = self.actor_cfg["ppo_mini_batch_size"]
+        if world == 1:
+            return list(range(num_prompts))
+        if mini % world or num_prompts % mini:
+            raise HarnessError(f"ppo_mini_batch_size {mini} prompts must split evenly over {world} ranks and divide "
+                               f"train_batch_size {num_prompts}", key_path="actor_rollout_ref.actor.ppo_mini_batch_size",
+                               fix="use a mini-batch size that is a multiple of the world size")
+        k = mini // world
+        return [j + rank * k + i for j in range(0, num_prompts, mini) for i in range(k)]
+
     def rollout(self, batch: list[Any], *, step: int, n: int, sampling: dict[str, Any], greedy: bool = False,
-                ignore_eos: bool = False) -> RolloutBatch:
+                ignore_eos: bool = False, prompt_index: list[int] | None = None,
+                global_prompts: int | None = None) -> RolloutBatch:
+        """Sample n responses per prompt; sampling noise is keyed by (step, global prompt index, sample)."""
         prompts, pixels, grids, uids = self._prompts_on_device(batch)
+        index = prompt_index if prompt_index is not None else list(range(len(batch)))
+        rows = [i * n + j for i in index for j in range(n)]
+        gen = step_generator(torch.device("cpu"), self.seed, step, 0)
+        uniforms = draw_uniforms(gen, self.cfg["data"]["max_response_length"], (global_prompts or len(batch)) * n,
+                                 rows, self.device)
         model = self.models.actor
         was_training = model.training
         model.eval()
@@ -147,8 +173,8 @@ class GRPOTrainer:
             return generate(model, prompts, n=n, max_new_tokens=self.cfg["data"]["max_response_length"],
                             temperature=sampling["temperature"], top_k=sampling["top_k"], top_p=sampling["top_p"],
                             eos_id=self.ids["eos"], pad_id=self.ids["pad"], image_pad_id=self.ids["image_pad"],
-                            bias=self.bias, generator=step_generator(self.device, self.seed, step, self.dist.rank),
-                            group_ids=uids, pixels=pixels, grids=grids, greedy=greedy, ignore_eos=ignore_eos)
+                            bias=self.bias, uniforms=uniforms, group_ids=uids, pixels=pixels, grids=grids,
+                            greedy=greedy, ignore_eos=ignore_eos, run_to_length=self.dist.world > 1)
         finally:
             model.train(was_training)
 
@@ -170,11 +196,14 @@ class GRPOTrainer:
         timing: dict[str, float] = {}
         reset_peak_memory(self.device)
         t_step = self._tick()
-        batch = self.loader.next_batch()
+        global_batch = self.loader.next_batch()
+        index = self.shard(len(global_batch))  # this rank's prompts; groups never split
+        batch = [global_batch[i] for i in index]
         n = self.rollout_cfg["n"]
 
         t = self._tick()
-        rb = self.rollout(batch, step=step, n=n, sampling=self.rollout_cfg)
+        rb = self.rollout(batch, step=step, n=n, sampling=self.rollout_cfg, prompt_index=index,
+                          global_prompts=len(global_batch))
         timing["timing_s/gen"] = self._tock(t)
 
         t = self._tick()
@@ -209,8 +238,8 @@ class GRPOTrainer:
         upd = update_actor(self.models.actor, self.optimizer, self.scheduler, rb, cfg=self.loss_cfg, mini_size=mini,
                            micro_size=micro, epochs=self.actor_cfg["ppo_epochs"],
                            clip_grad=self.actor_cfg["optim"]["clip_grad"], bias=self.bias,
-                           image_pad_id=self.ids["image_pad"], generator=None, all_reduce=self.dist.all_reduce,
-                           grad_scale=getattr(self, "grad_scale", 1.0), clip_fn=getattr(self, "clip_fn", None))
+                           image_pad_id=self.ids["image_pad"], all_reduce=self.dist.all_reduce,
+                           grad_scale=self.dist.grad_scale)
         timing["timing_s/update_actor"] = self._tock(t)
         timing["timing_s/step"] = self._tock(t_step)
         return self._metrics(rb, rewards, upd, timing)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from harness.core import algos
-from harness.core.models import forward_logits, position_ids
+from harness.core.models import forward_logits, position_ids, upcast
 from harness.core.rollout import RolloutBatch
 
 
@@ -49,7 +49,8 @@ def sequence_logprobs(model: torch.nn.Module, batch: RolloutBatch, *, bias: Tens
     logits, _ = forward_logits(model, input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], pos=pos,
                                pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"],
                                mm_token_type_ids=inputs["mm_token_type_ids"], logits_to_keep=R + 1)
-    logits = (logits[:, :-1, :].float() + bias) / temperature  # (B, R, V): position t predicts response token t
+    logits = upcast(logits[:, :-1, :])
+    logits = (logits + bias.to(logits.dtype)) / temperature  # (B, R, V): position t predicts response token t
     logp = algos.logprobs_from_logits(logits, batch.response_ids)
     ent = algos.entropy_from_logits(logits) if with_entropy else None
     return logp, ent
@@ -70,9 +71,8 @@ def _count(mask: Tensor, all_reduce: Callable[[Tensor], Tensor]) -> tuple[Tensor
 
 def update_actor(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, batch: RolloutBatch, *,
                  cfg: LossConfig, mini_size: int, micro_size: int, epochs: int, clip_grad: float, bias: Tensor,
-                 image_pad_id: int, generator: torch.Generator | None,
-                 all_reduce: Callable[[Tensor], Tensor] = lambda t: t, grad_scale: float = 1.0,
-                 clip_fn: Callable[[], Tensor] | None = None) -> dict[str, float]:
+                 image_pad_id: int,
+                 all_reduce: Callable[[Tensor], Tensor] = lambda t: t, grad_scale: float = 1.0) -> dict[str, float]:
     """PPO epochs over mini-batches; one optimiser step per mini-batch. Returns averaged metrics.
 
     ``grad_scale`` compensates a data-parallel gradient *average* (FSDP divides by world size):
@@ -111,12 +111,19 @@ def update_actor(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sched
                 acc["actor/entropy"] = acc.get("actor/entropy", 0.0) + float(ent_loss.detach())
                 for k in ("pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"):
                     acc[f"actor/{k}"] = acc.get(f"actor/{k}", 0.0) + float(stats[k]) * w
-            local_tokens = float(mini.response_mask.sum())
-            for k in ("pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"):
-                acc[f"actor/{k}"] = acc[f"actor/{k}"] / max(local_tokens, 1.0)
-            grad_norm = clip_fn() if clip_fn is not None else torch.nn.utils.clip_grad_norm_(
-                [p for p in model.parameters() if p.requires_grad], clip_grad)
-            grad_norm_f = float(grad_norm)
+            # losses are partial sums over ranks (global denominators); clip stats are token-weighted
+            names = ["actor/pg_loss", "actor/entropy", "actor/kl_loss", "actor/pg_clipfrac", "actor/ppo_kl",
+                     "actor/pg_clipfrac_lower"]
+            local = torch.tensor([acc.get(k, 0.0) for k in names] + [float(mini.response_mask.sum())],
+                                 dtype=torch.float64)
+            total = all_reduce(local)
+            acc = {k: float(total[i]) for i, k in enumerate(names) if k in acc}
+            for k in names[3:]:
+                acc[k] = acc[k] / max(float(total[-1]), 1.0)
+            grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None],
+                                                       clip_grad)
+            full = getattr(grad_norm, "full_tensor", None)  # FSDP2: a DTensor norm over all shards
+            grad_norm_f = float(full() if callable(full) else grad_norm)
             if torch.isfinite(torch.tensor(grad_norm_f)):
                 optimizer.step()
             else:

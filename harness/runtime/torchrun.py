@@ -1,0 +1,131 @@
+"""`--runtime torchrun`: launch one process per device with torchrun (c10d rendezvous).
+
+Single node: ``--nproc-per-node`` from the resolved recipe (``trainer.n_gpus_per_node``; on the
+cpu profile ``--nproc-per-node`` may set the process count). Multi-node: every node runs the
+same command with ``NNODES``, ``NODE_RANK`` (or Slurm's ``SLURM_NNODES`` / ``SLURM_NODEID``) and
+``HARNESS_RDZV_ENDPOINT=host:port`` set; :func:`sbatch_script` writes a Slurm script doing
+exactly that. A failed rank fails the whole job (``--max-restarts 0``); its error is written
+into the run's manifest and reported in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.errors import EXIT_FINDINGS, HarnessError
+from harness.jsonio import load_json_strict, write_json_atomic
+from harness.recipe import Resolved
+from harness.record import MARKER, utc_now
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def node_layout(res: Resolved, nproc_override: int | None = None) -> dict[str, object]:
+    """nnodes, node rank, processes per node and the rendezvous endpoint for this node."""
+    nnodes = int(os.environ.get("NNODES") or os.environ.get("SLURM_NNODES") or res.config["trainer"]["nnodes"])
+    node_rank = int(os.environ.get("NODE_RANK") or os.environ.get("SLURM_NODEID") or 0)
+    nproc = int(nproc_override or res.config["trainer"]["n_gpus_per_node"])
+    if nproc_override and res.profile["device_type"] != "cpu" and nproc_override != res.config["trainer"]["n_gpus_per_node"]:
+        raise HarnessError("--nproc-per-node may only differ from trainer.n_gpus_per_node on the cpu profile",
+                           key_path="--nproc-per-node", fix="drop it; the recipe's profile settings decide")
+    if nnodes != res.config["trainer"]["nnodes"]:
+        raise HarnessError(f"{nnodes} nodes in the environment but the recipe says trainer.nnodes="
+                           f"{res.config['trainer']['nnodes']}", key_path="NNODES",
+                           fix="launch on as many nodes as the recipe's profile settings ask for")
+    endpoint = os.environ.get("HARNESS_RDZV_ENDPOINT")
+    if not endpoint:
+        if nnodes > 1:
+            raise HarnessError("multi-node runs need HARNESS_RDZV_ENDPOINT=host:port (the rendezvous host)",
+                               key_path="HARNESS_RDZV_ENDPOINT", fix="export it on every node (see `harness slurm`)")
+        endpoint = f"127.0.0.1:{_free_port()}"
+    return {"nnodes": nnodes, "node_rank": node_rank, "nproc": nproc, "endpoint": endpoint}
+
+
+def torchrun_command(res: Resolved, args: argparse.Namespace, run_dir: Path, layout: dict[str, object]) -> list[str]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={layout['nnodes']}",
+           f"--nproc-per-node={layout['nproc']}", f"--node-rank={layout['node_rank']}", "--rdzv-backend=c10d",
+           f"--rdzv-endpoint={layout['endpoint']}", f"--rdzv-id={run_dir.name}", "--max-restarts=0",
+           "--monitor-interval=1", "-m", "harness.runtime.rank", str(Path(res.path).resolve()),
+           "--profile", res.profile_name, "--scale", res.scale, "--out", str(run_dir)]
+    if getattr(args, "steps", None):
+        cmd += ["--steps", str(args.steps)]
+    for o in getattr(args, "overrides", []) or []:
+        cmd += ["--set", o]
+    if getattr(args, "quiet", False):
+        cmd.append("--quiet")
+    return cmd
+
+
+_FAIL = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def failure_summary(output: str) -> str:
+    """One line naming the failed rank(s) and why, from torchrun's failure report and rank errors."""
+    ranks = sorted({(int(r), int(c)) for r, c in _FAIL.findall(output)})
+    errors = [line.strip() for line in output.splitlines() if line.startswith("error: rank")]
+    parts = [f"rank {r} exited with {'signal ' + str(-c) if c < 0 else 'code ' + str(c)}" for r, c in ranks]
+    parts += errors[:1]
+    return "; ".join(parts) or "torchrun failed (no rank report)"
+
+
+def launch(res: Resolved, args: argparse.Namespace, run_dir: Path) -> None:
+    layout = node_layout(res, getattr(args, "nproc_per_node", None))
+    cmd = torchrun_command(res, args, run_dir, layout)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHELASTIC_ERROR_FILE": str(run_dir / "rank-error.json")}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    captured: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        captured.append(line)
+        sys.stderr.write(line)
+    code = proc.wait()
+    if code == 0:
+        return
+    summary = failure_summary("".join(captured))
+    manifest_path = run_dir / "manifest.json"
+    if manifest_path.is_file():
+        manifest = load_json_strict(manifest_path)
+        if manifest.get("status") == "running":
+            manifest.update(status="failed", finished_utc=utc_now(), error=summary)
+            write_json_atomic(manifest_path, manifest)
+    (run_dir / MARKER).write_text("this run has not finished cleanly\n", encoding="utf-8")
+    raise HarnessError(f"distributed run failed: {summary}", file=str(run_dir),
+                       fix="see the rank output above", exit_code=EXIT_FINDINGS)
+
+
+def sbatch_script(res: Resolved, *, steps: int | None, out: str, partition: str | None, time_limit: str) -> str:
+    """A Slurm batch script: one task per node, each running the harness's torchrun launcher."""
+    t = res.config["trainer"]
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name=grpo-{res.name}",
+        f"#SBATCH --nodes={t['nnodes']}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={t['n_gpus_per_node']}" if res.profile["device_type"] == "cuda" else
+        "# accelerators: the Ascend node's NPUs are visible to the task (no --gpus-per-node)",
+        f"#SBATCH --time={time_limit}",
+    ]
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    steps_arg = f" --steps {steps}" if steps else ""
+    lines += [
+        "set -euo pipefail",
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        'export HARNESS_RDZV_ENDPOINT="${head_node}:29500"',
+        "export NNODES=$SLURM_NNODES",
+        f"srun --ntasks-per-node=1 bash -c 'NODE_RANK=$SLURM_NODEID harness run {res.name} --profile "
+        f"{res.profile_name} --scale {res.scale}{steps_arg} --runtime torchrun --out {out} --stage train'",
+        f"harness compare {out}",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,38 @@
+"""Run the safety rules over a resolved recipe; turn error findings into one-line refusals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from harness.errors import EXIT_FINDINGS, HarnessError
+from harness.recipe import Resolved
+from harness.safety import Finding, RuleContext, iter_errors, run_rules
+
+
+def context_for(res: Resolved) -> RuleContext:
+    """The rule context of a resolved recipe: its config, its profile and its model architecture."""
+    model = res.config.get("model")
+    arch: Any = model.get("architecture") if isinstance(model, dict) else None
+    return RuleContext(config=res.config, profile=res.profile, architecture=arch if isinstance(arch, dict) else None)
+
+
+def check_resolved(res: Resolved) -> list[Finding]:
+    """Every finding (errors and warnings) of every registered rule for ``res``."""
+    return run_rules(context_for(res))
+
+
+def label(res: Resolved) -> str:
+    """How findings of ``res`` name their file: ``path [profile:scale]``."""
+    return f"{res.path} [{res.profile_name}:{res.scale}]"
+
+
+def raise_on_errors(findings: Sequence[Finding], file: str | None = None) -> None:
+    """Raise a one-line :class:`HarnessError` (exit 1) for the first error finding, counting the rest."""
+    errors = list(iter_errors(findings))
+    if not errors:
+        return
+    first = errors[0]
+    more = f" [+{len(errors) - 1} more error(s); run `harness validate`]" if len(errors) > 1 else ""
+    raise HarnessError(f"{first.rule} error: {first.message}{more}", file=file, key_path=first.key, fix=first.fix,
+                       exit_code=EXIT_FINDINGS)

@@ -1,0 +1,79 @@
+"""Sessions: validate · tests · run-recipe · record-baseline · gate · build-image · certify · lint-verl.
+
+Every session installs the project (editable) with the exact versions of ``constraints.txt`` on
+nox's default virtualenv/pip backend (pip finds the local CPU torch wheel; uv would not).
+Virtualenvs are reused; ``nox -R`` also skips the install step.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["validate", "tests"]
+nox.options.default_venv_backend = "virtualenv"
+
+PYTHON = None  # the interpreter nox runs on
+
+
+def _install(session: nox.Session, extras: str = "") -> None:
+    session.install("-c", "constraints.txt", f"-e.{extras}")
+
+
+def _harness(session: nox.Session, *args: str, usage: str | None = None) -> None:
+    if usage and not args:
+        session.error(usage)
+    _install(session)
+    session.run("harness", *args, external=False)
+
+
+@nox.session(python=PYTHON)
+def validate(session: nox.Session) -> None:
+    """Schema + safety checks of every recipe × profile (or the given paths)."""
+    _harness(session, "validate", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The test suite (pytest; args pass through, default: all of tests/)."""
+    _install(session, "[test]")
+    session.run("pytest", *(session.posargs or ["tests", "-q"]), success_codes=[0])
+
+
+@nox.session(name="run-recipe", python=PYTHON)
+def run_recipe(session: nox.Session) -> None:
+    """Run a recipe and judge it: nox -s run-recipe -- RECIPE [--profile P] [--scale S] [--steps N] [--set k=v]."""
+    _harness(session, "run", *session.posargs,
+             usage="Usage: nox -s run-recipe -- RECIPE [--profile P] [--scale S] [--steps N] [--set k=v] [--runtime R]")
+
+
+@nox.session(name="record-baseline", python=PYTHON)
+def record_baseline(session: nox.Session) -> None:
+    """Record a baseline: nox -s record-baseline -- RECIPE --profile P --seeds 3 [--force]."""
+    _harness(session, "record-baseline", *session.posargs,
+             usage="Usage: nox -s record-baseline -- RECIPE --profile P --seeds N [--force]")
+
+
+@nox.session(python=PYTHON)
+def gate(session: nox.Session) -> None:
+    """Every recipe at smoke scale on the live profile; JUnit XML + Markdown summary under runs/gate/."""
+    _harness(session, "gate", *(session.posargs or ["--junit", "runs/gate/junit.xml",
+                                                      "--summary", "runs/gate/summary.md"]))
+
+
+@nox.session(name="build-image", python=PYTHON)
+def build_image(session: nox.Session) -> None:
+    """Build a pinned container image: nox -s build-image -- cpu|cuda|ascend."""
+    _harness(session, "build-image", *session.posargs, usage="Usage: nox -s build-image -- cpu|cuda|ascend")
+
+
+@nox.session(python=PYTHON)
+def certify(session: nox.Session) -> None:
+    """Certify this machine against a hardware profile: nox -s certify -- PROFILE [--image REF]."""
+    _harness(session, "certify", *session.posargs, usage="Usage: nox -s certify -- PROFILE [--image REF]")
+
+
+@nox.session(name="lint-verl", python=PYTHON)
+def lint_verl(session: nox.Session) -> None:
+    """Statically lint verl launcher scripts: nox -s lint-verl -- SCRIPT... [--profile P]."""
+    _harness(session, "lint-verl", *session.posargs, usage="Usage: nox -s lint-verl -- SCRIPT... [--profile P]")

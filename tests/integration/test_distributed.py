@@ -1,0 +1,100 @@
+"""Data parallelism on CPU (gloo + FSDP2): 2 processes == 1 process, and a dead rank fails fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.paths import RECIPES_DIR
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+NON_NUMERIC = ("timing_s/", "perf/")
+
+
+def _recipe(tmp: Path, name: str, agg_mode: str) -> Path:
+    """The qwen3_vl_30b recipe in float64 (numerics reference mode) with the given loss aggregation."""
+    data = json.loads((RECIPES_DIR / "qwen3_vl_30b.json").read_text())
+    data["name"] = name
+    data["actor_rollout_ref"]["actor"]["loss_agg_mode"] = agg_mode
+    data["profiles"]["cpu"]["smoke"]["model"]["dtype"] = "float64"
+    data["$schema"] = str(ROOT / "schemas/v1/recipe.schema.json")
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _run(recipe: Path, out: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_CACHE": str(out.parent / "cache")}
+    cmd = [sys.executable, "-m", "harness", "run", str(recipe), "--profile", "cpu", "--steps", "2", "--out", str(out),
+           "--stage", "train", "--quiet", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def _metrics(run_dir: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("agg_mode", ["token-mean", "seq-mean-token-mean"])
+def test_two_processes_match_one(tmp_path: Path, agg_mode: str) -> None:
+    recipe = _recipe(tmp_path, f"dp_{agg_mode.replace('-', '_')}", agg_mode)
+    one = _run(recipe, tmp_path / "one", "--runtime", "local")
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = _run(recipe, tmp_path / "two", "--runtime", "torchrun", "--nproc-per-node", "2")
+    assert two.returncode == 0, two.stderr[-2000:]
+    a, b = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    worst = 0.0
+    for ra, rb in zip(a, b):
+        assert set(ra) == set(rb)
+        for key, va in ra.items():
+            if key == "step" or key.startswith(NON_NUMERIC) or key.startswith("training/rollout_probs_diff"):
+                continue
+            rel = abs(va - rb[key]) / max(abs(va), 1e-9)
+            worst = max(worst, rel)
+            assert rel <= 1e-5, f"step {ra['step']} {key}: 1 proc {va!r} vs 2 procs {rb[key]!r}"
+    print(f"max relative difference 1 vs 2 processes ({agg_mode}): {worst:.3e}")
+    manifest = json.loads((tmp_path / "two" / "manifest.json").read_text())
+    assert manifest["runtime"]["kind"] == "torchrun" and manifest["runtime"]["world_size"] == 2
+    assert {"key": "trainer.n_gpus_per_node", "value": 2, "source": "--nproc-per-node (cpu processes)"} \
+        in manifest["overrides"]
+
+
+def test_killed_rank_fails_the_run_fast(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, "dp_kill", "token-mean")
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_CACHE": str(tmp_path / "cache"),
+           "HARNESS_COLLECTIVE_TIMEOUT_S": "60"}
+    cmd = [sys.executable, "-m", "harness", "run", str(recipe), "--profile", "cpu", "--steps", "40", "--out", str(out),
+           "--stage", "train", "--quiet", "--runtime", "torchrun", "--nproc-per-node", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+    deadline = time.time() + 300
+    metrics = out / "metrics.jsonl"
+    while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.5)
+    assert metrics.is_file(), "the run never wrote a step"
+    ranks = subprocess.run(["pgrep", "-f", "harness.runtime.rank"], capture_output=True, text=True).stdout.split()
+    victim = None
+    for pid in ranks:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        if b"RANK=1" in environ:
+            victim = int(pid)
+    assert victim is not None, f"rank 1 not found among {ranks}"
+    killed_at = time.time()
+    os.kill(victim, signal.SIGKILL)
+    output, _ = proc.communicate(timeout=120)
+    elapsed = time.time() - killed_at
+    assert proc.returncode == 1, output[-3000:]
+    assert elapsed < 90, f"took {elapsed:.0f} s to fail"
+    last = [line for line in output.splitlines() if line.startswith("error:")][-1]
+    assert "rank 1" in last and "signal 9" in last, last
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "rank 1" in manifest["error"]
+    assert (out / "INCOMPLETE").exists()
