@@ -1,0 +1,1 @@
+"""Where a run executes: in-process, or inside a locked container image."""
