@@ -29,7 +29,7 @@ SCALES_DEFAULT = "smoke"
 
 
 def recipe_names() -> list[str]:
-    return sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.json") if not p.name.endswith(".import.json"))
 
 
 def recipe_path(ref: str) -> Path:

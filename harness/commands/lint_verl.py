@@ -1,0 +1,59 @@
+"""`harness lint-verl SCRIPT... [--profile NAME] [--json]`: lint verl launcher scripts without running them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from harness.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, HarnessError
+
+HELP = ("lint verl launcher scripts statically (never executed): Hydra overrides, argument pass-through, "
+        "undefined variables, unknown keys and verl's startup rules")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scripts", nargs="+", metavar="SCRIPT", help="bash launcher(s) that start verl's trainer")
+    parser.add_argument("--profile", metavar="NAME",
+                        help="hardware profile the launcher must fit (devices per node, device type), "
+                             "e.g. npu-16x-ascend-a3")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from harness.profiles import load_profile
+    from harness.verl.lint import lint_file
+
+    profile = load_profile(args.profile) if args.profile else None
+    reports: list[dict[str, Any]] = []
+    bad = errors = 0
+    for path in args.scripts:
+        try:
+            result = lint_file(path, profile)
+        except HarnessError as err:
+            bad += 1
+            reports.append({"file": path, "error": err.one_line()})
+            if not args.json:
+                sys.stderr.write(f"error: {err.one_line()}\n")
+            continue
+        except Exception as err:  # noqa: BLE001 - a launcher must never produce a traceback
+            bad += 1
+            line = f"{path}: cannot lint this script (internal error: {type(err).__name__}: {err})"
+            reports.append({"file": path, "error": " ".join(line.split())})
+            if not args.json:
+                sys.stderr.write(f"error: {' '.join(line.split())} (fix: report it with the script attached)\n")
+            continue
+        errors += len(result.errors)
+        reports.append(result.as_dict())
+        if not args.json:
+            for finding in result.findings:
+                print(finding.one_line(path))
+            n_err, n_warn = len(result.errors), len(result.findings) - len(result.errors)
+            print(f"{path}: {n_err} error(s), {n_warn} warning(s) in {len(result.calls)} trainer command(s)"
+                  + (f" [profile {args.profile}]" if args.profile else ""))
+    if args.json:
+        print(json.dumps({"profile": args.profile, "files": reports}, indent=2, sort_keys=False))
+    if bad:
+        return EXIT_USAGE
+    return EXIT_FINDINGS if errors else EXIT_OK

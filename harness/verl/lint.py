@@ -1,0 +1,363 @@
+"""Lint a verl launcher script statically: what would verl (or the script itself) do wrong.
+
+The script is evaluated without running it (:mod:`harness.verl.bashparse`); each trainer command
+line's Hydra overrides are merged over verl's defaults (:mod:`harness.verl.overrides`) and the
+result is checked by the shared config-safety rules (:mod:`harness.safety.rules`, the ones that
+are about verl, not about this harness's own engine) plus the launcher-only rules registered
+here. Findings carry the script line of the override (or of the string it was defined in).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.safety import RULES, Finding, RuleContext, run_rules
+from harness.safety import rules as _shared_rules  # noqa: F401  (registers the shared rules first)
+from harness.verl.bashparse import Arg, Evaluation, Invocation, ScriptError, evaluate_script
+from harness.verl.overrides import (ENGINES, HYDRA_FLAGS, MISSING, Override, get_path, known_key, merged_config,
+                                    parse_override, set_path)
+
+# Shared safety rules that mirror verl's own startup checks (the rest are about this harness's engine).
+VERL_RULES = ("code-loading-key", "max-model-len-too-small", "max-model-len-exceeds-positions",
+              "batched-tokens-below-model-len", "devices-per-node", "batch-divisible-by-world",
+              "mini-batch-vs-train-batch", "micro-batch-exclusive", "sp-needs-remove-padding", "ulysses-heads",
+              "dp-vs-fsdp-size", "experts-vs-ep", "rollout-tp-fits")
+INJECTABLE = ("arg", "unset", "required", "passthrough")  # unknowns a caller controls
+
+
+@dataclass(frozen=True)
+class LintRule:
+    id: str
+    severity: str
+    summary: str
+
+
+LINT_RULES: dict[str, LintRule] = {}
+
+
+def lint_rule(rule_id: str, severity: str, summary: str) -> None:
+    if rule_id in LINT_RULES or rule_id in RULES:
+        raise ValueError(f"rule '{rule_id}' is already registered")
+    LINT_RULES[rule_id] = LintRule(rule_id, severity, summary)
+
+
+lint_rule("argument-pass-through", "error",
+          "the script forwards its arguments ($@, $*, $1, or an unset variable as a whole argument) to the trainer")
+lint_rule("undefined-variable", "error", "a variable is used but never set while `set -u` is on: bash aborts")
+lint_rule("unknown-key", "error", "an override names a key verl's config does not have: verl refuses to start")
+lint_rule("append-existing-key", "error", "+key=value adds a key verl's config already has: verl refuses to start")
+lint_rule("missing-mandatory", "error", "a key verl marks mandatory (???) is never set: verl refuses to start")
+lint_rule("unresolved-value", "warning", "a value cannot be known without running the script; it is not guessed")
+lint_rule("no-trainer-command", "warning", "no verl trainer command line was found")
+
+
+def lint_finding(rule_id: str, message: str, fix: str, line: int | None, key: str | None = None) -> Finding:
+    rule = LINT_RULES.get(rule_id) or RULES[rule_id]
+    return Finding(rule_id, rule.severity, message, fix, key, line)
+
+
+@dataclass
+class TrainerCall:
+    """One trainer command line: its overrides, the engine view and the merged config."""
+
+    line: int
+    program: str
+    overrides: list[Override]
+    engine: str | None  # dp | veomni | None (keys not shipped for the chosen config)
+    config: dict[str, Any]
+    lines: dict[str, int]
+    unresolved: dict[str, Override] = field(default_factory=dict)
+    config_name: str | None = None
+
+
+@dataclass
+class LintResult:
+    file: str
+    findings: list[Finding]
+    calls: list[TrainerCall]
+    evaluation: Evaluation
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "errors": len(self.errors),
+            "warnings": len(self.findings) - len(self.errors),
+            "findings": [f.as_dict() for f in self.findings],
+            "trainer_commands": [{"line": c.line, "program": c.program, "engine": c.engine,
+                                  "overrides": [{"line": o.line, "override": o.raw} for o in c.overrides]}
+                                 for c in self.calls],
+        }
+
+
+# ----------------------------------------------------------------------------- entry points
+def read_script(path: str) -> str:
+    p = Path(path)
+    if not p.exists():
+        raise HarnessError("launcher script not found", file=path, fix="check the path")
+    if not p.is_file():
+        raise HarnessError("not a regular file", file=path, fix="give the path of a bash launcher script")
+    try:
+        data = p.read_bytes()
+    except OSError as err:
+        raise HarnessError(f"cannot read the script ({err.strerror})", file=path, fix="check the permissions")
+    if b"\x00" in data:
+        raise HarnessError("not a text file (it contains NUL bytes)", file=path, fix="give a bash launcher script")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise HarnessError(f"not UTF-8 text (byte {err.start})", file=path, fix="give a bash launcher script") from None
+
+
+def lint_file(path: str, profile: dict[str, Any] | None = None) -> LintResult:
+    text = read_script(path)
+    try:
+        return lint_text(text, path, profile)
+    except ScriptError as err:
+        where = f"line {err.line}: " if err.line else ""
+        raise HarnessError(f"{where}{err.message}", file=path,
+                           fix="simplify that construct, or lint the trainer command on its own") from None
+
+
+def lint_text(text: str, file: str = "<script>", profile: dict[str, Any] | None = None) -> LintResult:
+    ev = evaluate_script(text)
+    findings: list[Finding] = []
+    for issue in ev.issues:
+        findings.append(lint_finding(
+            "undefined-variable", issue.message,
+            f"set {issue.name} before this line or give it a default: ${{{issue.name}:-value}}", ev.line(issue.pos)))
+    calls = [_lint_call(inv, profile, findings) for inv in ev.invocations]
+    if not calls:
+        findings.append(lint_finding("no-trainer-command", "no `python -m verl.trainer.main_ppo` (or main_*) command "
+                                     "line found; nothing else was checked", "lint the script that starts the trainer",
+                                     None))
+    return LintResult(file, _dedupe(findings), calls, ev)
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen: set[tuple[Any, ...]] = set()
+    out: list[Finding] = []
+    for f in findings:
+        k = (f.rule, f.line, f.message)
+        if k not in seen:
+            seen.add(k)
+            out.append(f)
+    return sorted(out, key=lambda f: (f.line or 0, f.rule))
+
+
+# ----------------------------------------------------------------------------- one trainer call
+def _lint_call(inv: Invocation, profile: dict[str, Any] | None, out: list[Finding]) -> TrainerCall:
+    overrides: list[Override] = []
+    config_name = None
+    args = list(inv.args)
+    k = 0
+    while k < len(args):
+        arg = args[k]
+        k += 1
+        if _passthrough(arg, out):
+            continue
+        flag = arg.text.split("=", 1)[0]
+        if flag in HYDRA_FLAGS:
+            value = arg.text.split("=", 1)[1] if "=" in arg.text else (args[k].text if k < len(args) else "")
+            if "=" not in arg.text:
+                k += 1
+            if flag in ("--config-name", "-cn"):
+                config_name = value
+            continue
+        ov = parse_override(arg.text, arg.line, arg.unknown)
+        if ov is None:
+            if arg.unknown:
+                if not all(u.kind == "undefined" for u in arg.unknown):
+                    out.append(_unresolved(arg, None))
+            else:
+                out.append(lint_finding("unknown-key", f"'{arg.text}' is not a Hydra override (key=value)",
+                                        "write overrides as key=value, +key=value, ++key=value or ~key", arg.line))
+            continue
+        if ov.unknown and not any(u.kind == "undefined" for u in ov.unknown):
+            out.append(_unresolved(arg, ov.key))
+        overrides.append(ov)
+    engine = _engine(overrides, config_name, inv.line, out)
+    _duplicates(overrides, out)
+    if engine is not None:
+        _key_checks(overrides, engine, out)
+    config = merged_config(overrides, engine or "dp")
+    lines: dict[str, int] = {}
+    unresolved: dict[str, Override] = {}
+    for ov in overrides:
+        if ov.is_group:
+            continue
+        lines[ov.key] = ov.line
+        if ov.unknown:
+            unresolved[ov.key] = ov
+            set_path(config, ov.key, ov.raw.split("=", 1)[-1])  # rules skip a value that is not plain
+    call = TrainerCall(inv.line, inv.program, overrides, engine, config, lines, unresolved, config_name)
+    if engine is not None:
+        _missing(call, out)
+    ctx = RuleContext(config=config, profile=profile, architecture=architecture_for(config), lines=lines)
+    for f in run_rules(ctx, only=VERL_RULES):
+        out.append(f if f.line is not None else replace(f, line=inv.line))
+    return call
+
+
+def _passthrough(arg: Arg, out: list[Finding]) -> bool:
+    head = next((u for u in arg.unknown), None)
+    passthrough = arg.passthrough
+    whole = head is not None and head.kind in INJECTABLE and arg.text.startswith(head.text)
+    if not (passthrough or whole):
+        return False
+    what = head.text if head is not None else arg.text
+    if passthrough:
+        why = "forwards the script's arguments"
+    elif head is not None and head.kind == "arg":
+        why = "forwards a script argument"
+    else:
+        why = "forwards a variable the script never sets"
+    out.append(lint_finding(
+        "argument-pass-through",
+        f"{what} {why} to the trainer as overrides: whoever runs the script can add any override, including "
+        "code-loading keys such as data.trust_remote_code=True (remote code execution)",
+        "list every override in the script; take run-time choices through named variables with defaults "
+        "(e.g. ENGINE=${ENGINE:-vllm}) used only as values", arg.line))
+    return True
+
+
+def _unresolved(arg: Arg, key: str | None) -> Finding:
+    reasons = "; ".join(dict.fromkeys(u.describe() for u in arg.unknown))
+    what = f"the value of {key}" if key else f"argument '{arg.text}'"
+    return lint_finding("unresolved-value", f"{what} cannot be resolved statically ({reasons}); checks that need it "
+                        "are skipped", "write the value in the script, or make sure the environment provides it",
+                        arg.line, key)
+
+
+def _engine(overrides: list[Override], config_name: str | None, line: int, out: list[Finding]) -> str | None:
+    engine = "dp"
+    for ov in overrides:
+        if ov.key == "model_engine" and not ov.unknown:
+            engine = str(ov.value)
+    if config_name not in (None, "ppo_trainer"):
+        out.append(lint_finding("unresolved-value", f"--config-name {config_name}: only verl's ppo_trainer defaults "
+                                "are shipped, so key names and defaults are not checked", "lint a launcher of the "
+                                "default ppo_trainer config", line))
+        return None
+    if engine not in ENGINES:
+        out.append(lint_finding("unresolved-value", f"model_engine={engine}: only the dp (FSDP) and veomni engine "
+                                "defaults are shipped, so key names are not checked", "use model_engine=dp or veomni",
+                                line, "model_engine"))
+        return None
+    return engine
+
+
+def _duplicates(overrides: list[Override], out: list[Finding]) -> None:
+    by_key: dict[str, list[Override]] = {}
+    for ov in overrides:
+        by_key.setdefault(ov.key, []).append(ov)
+    for key, group in by_key.items():
+        if len(group) < 2:
+            continue
+        lines = ", ".join(str(o.line) for o in group)
+        for ov in group:
+            out.append(lint_finding(
+                "duplicate-key", f"{key} is given {len(group)} times (lines {lines}): the last one wins and the "
+                "others are dead", f"keep one {key} override", ov.line, key))
+
+
+def _key_checks(overrides: list[Override], engine: str, out: list[Finding]) -> None:
+    for ov in overrides:
+        if ov.is_group or ov.key.startswith("hydra.") or "$" in ov.key:
+            continue
+        known = known_key(ov.key, engine)
+        if ov.prefix in ("", "~") and not known:
+            close = _close_key(ov.key, engine)
+            hint = f"did you mean '{close}'? otherwise " if close else ""
+            verb = "delete" if ov.prefix == "~" else "set"
+            todo = f"add it with +{ov.key}=... if verl reads it" if ov.prefix == "" else "remove it"
+            out.append(lint_finding(
+                "unknown-key", f"verl's config ({engine} engine, verl {_revision()}) has no key {ov.key}: Hydra cannot "
+                f"{verb} it and verl refuses to start", hint + todo, ov.line, ov.key))
+        elif ov.prefix == "+" and known:
+            out.append(lint_finding(
+                "append-existing-key", f"+{ov.key} adds a key verl's config already has: Hydra refuses it",
+                f"write {ov.key}=... (or ++{ov.key}=... to set it either way)", ov.line, ov.key))
+
+
+def _missing(call: TrainerCall, out: list[Finding]) -> None:
+    def walk(node: Any, prefix: str) -> None:
+        if node.get("enable") is False:  # a disabled section is never read
+            return
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else key
+            if isinstance(value, dict):
+                walk(value, path)
+            elif value == MISSING and path not in call.unresolved:
+                out.append(lint_finding("missing-mandatory", f"{path} is mandatory in verl's config and never set: "
+                                        "verl refuses to start", f"add {path}=... to the trainer command", call.line,
+                                        path))
+
+    walk(call.config, "")
+
+
+@functools.cache
+def _all_keys(engine: str) -> tuple[str, ...]:
+    from harness.verl.overrides import engine_defaults
+
+    return tuple(engine_defaults(engine))
+
+
+def _close_key(key: str, engine: str) -> str | None:
+    keys = _all_keys(engine)
+    leaf = key.rsplit(".", 1)[-1]
+    same_leaf = [k for k in keys if k.rsplit(".", 1)[-1] == leaf]
+    pool = same_leaf or list(keys)
+    match = difflib.get_close_matches(key, pool, n=1, cutoff=0.5 if same_leaf else 0.8)
+    return match[0] if match else None
+
+
+def _revision() -> str:
+    from harness.verl.overrides import verl_keys
+
+    return str(verl_keys().get("revision", "?"))[:12]
+
+
+# ----------------------------------------------------------------------------- architecture
+@functools.cache
+def _known_models() -> tuple[tuple[str, str, str], ...]:
+    """(model-name basename lowercased, recipe name, family) for the shipped recipes."""
+    from harness.recipe import load_recipe_file, recipe_names, recipe_path
+
+    out = []
+    for name in recipe_names():
+        try:
+            recipe = load_recipe_file(recipe_path(name))
+        except HarnessError:
+            continue
+        out.append((recipe["model"]["name"].rsplit("/", 1)[-1].lower(), name, recipe["model"]["family"]))
+    return tuple(out)
+
+
+def recipe_for_model(model_path: Any) -> tuple[str, str] | None:
+    """(recipe name, family) of the shipped recipe whose model the launcher's model path names."""
+    if not isinstance(model_path, str) or not model_path.strip():
+        return None
+    base = model_path.rstrip("/").rsplit("/", 1)[-1].lower()
+    for model, recipe, family in _known_models():
+        if base == model:
+            return recipe, family
+    return None
+
+
+def architecture_for(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The architecture of a shipped recipe's model when the launcher's model path names it."""
+    found = recipe_for_model(get_path(config, "actor_rollout_ref.model.path"))
+    if found is None:
+        return None
+    from harness.recipe import load_recipe_file, recipe_path
+
+    return load_recipe_file(recipe_path(found[0]))["model"]["architecture"]

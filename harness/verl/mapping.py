@@ -1,0 +1,150 @@
+"""Recipe keys <-> verl keys, and the verl override list a resolved recipe stands for.
+
+A recipe's training sections use verl's key names, so most keys map to themselves. The
+exceptions: the engine block ``actor_rollout_ref.actor.veomni.*`` is verl's ``veomni.*`` under
+``model_engine=veomni`` and ``fsdp_config.*`` (or ``actor.ulysses_sequence_parallel_size``) under
+the FSDP engine; ``actor_rollout_ref.ref.param_offload`` lives in the ref's engine block;
+``actor_rollout_ref.model.override_config.*`` is added with ``+`` (verl's default is ``{}``);
+``model.name`` is ``actor_rollout_ref.model.path``. Harness-only fields (``model.architecture``,
+``data.synthetic``, ``data.dataset``, ``reward``, ``warm_start``, ...) have no verl key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.safety.code_loading import is_code_loading_key, is_enabled
+from harness.verl.overrides import format_value, known_key
+
+SECTIONS = ("data", "algorithm", "actor_rollout_ref", "trainer", "custom_reward_function")
+ENGINE_BLOCK = "actor_rollout_ref.actor.veomni"
+MODEL_PATH = "actor_rollout_ref.model.path"
+DATA_FILES = {"data.train_files": "train", "data.val_files": "test"}
+APPEND_PREFIXES = ("actor_rollout_ref.model.override_config.",)
+SPECIAL: dict[str, dict[str, str]] = {
+    f"{ENGINE_BLOCK}.param_offload": {"dp": "actor_rollout_ref.actor.fsdp_config.param_offload"},
+    f"{ENGINE_BLOCK}.optimizer_offload": {"dp": "actor_rollout_ref.actor.fsdp_config.optimizer_offload"},
+    f"{ENGINE_BLOCK}.fsdp_size": {"dp": "actor_rollout_ref.actor.fsdp_config.fsdp_size"},
+    f"{ENGINE_BLOCK}.ulysses_parallel_size": {"dp": "actor_rollout_ref.actor.ulysses_sequence_parallel_size"},
+    "actor_rollout_ref.ref.param_offload": {"dp": "actor_rollout_ref.ref.fsdp_config.param_offload",
+                                            "veomni": "actor_rollout_ref.ref.veomni.param_offload"},
+}
+# Recipe fields never filled from verl's defaults (verl's point at files or a model that are not here).
+NO_VERL_DEFAULT = ("data.train_files", "data.val_files")
+
+
+def recipe_leaves(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) of every leaf; lists, nulls and empty objects are leaves."""
+    for key, value in node.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict) and value:
+            yield from recipe_leaves(value, path)
+        else:
+            yield path, value
+
+
+def engine_of(strategy: Any) -> str:
+    return "veomni" if strategy == "veomni" else "dp"
+
+
+def verl_key(recipe_key: str, engine: str) -> tuple[str, str] | None:
+    """(verl key, Hydra prefix) for a recipe key under ``engine``; None when verl has no such key."""
+    if recipe_key == "model.name":
+        return MODEL_PATH, ""
+    if recipe_key in SPECIAL:
+        key = SPECIAL[recipe_key].get(engine, recipe_key if engine == "veomni" else "")
+        return (key, "") if key and known_key(key, engine) else None
+    if not recipe_key.startswith(tuple(s + "." for s in SECTIONS)):
+        return None
+    if recipe_key.startswith(APPEND_PREFIXES):
+        return recipe_key, "+"
+    return (recipe_key, "") if known_key(recipe_key, engine) else None
+
+
+def mapped_keys(recipe: dict[str, Any], engine: str) -> dict[str, tuple[str, str]]:
+    """recipe key -> (verl key, prefix) for every leaf of ``recipe`` verl has a key for."""
+    out: dict[str, tuple[str, str]] = {"model.name": (MODEL_PATH, "")}
+    for section in SECTIONS:
+        for key, _ in recipe_leaves(recipe.get(section) or {}, section):
+            found = verl_key(key, engine)
+            if found is not None:
+                out[key] = found
+    return out
+
+
+def dataset_default(dataset: str, split: str) -> str:
+    """Where verl's data preprocessing scripts put a dataset's parquet files."""
+    return f"$HOME/data/{dataset}/{split}.parquet"
+
+
+def export_overrides(config: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(``[+]verl.key``, value) pairs a verl launcher needs to run ``config`` (a resolved recipe).
+
+    Code-loading keys are never written (verl's defaults keep them off); a config that turns one on
+    is refused. A null data file becomes the conventional ``$HOME/data/<dataset>/<split>.parquet``.
+    """
+    from harness.recipe import get_dotted
+
+    on = [k for k, v in recipe_leaves(config) if is_code_loading_key(k) and is_enabled(v)]
+    if on:
+        raise HarnessError(f"the recipe turns on code-loading key(s) {', '.join(on)}", key_path=on[0],
+                           fix="an exported launcher never carries code-loading keys; turn them off in the recipe")
+    engine = engine_of(get_dotted(config, "actor_rollout_ref.actor.strategy"))
+    out: list[tuple[str, Any]] = []
+    if engine == "veomni":
+        out.append(("model_engine", "veomni"))
+    for rkey, (vkey, prefix) in mapped_keys(config, engine).items():
+        if is_code_loading_key(vkey):
+            continue
+        value = get_dotted(config, rkey)
+        if rkey == "model.name":
+            value = config["model"].get("path") or value
+        elif rkey in DATA_FILES and value is None:
+            value = dataset_default(config["data"]["dataset"], DATA_FILES[rkey])
+        out.append((prefix + vkey, value))
+    return out
+
+
+def override_lines(pairs: list[tuple[str, Any]]) -> list[str]:
+    return [f"{key}={format_value(value)}" for key, value in pairs]
+
+
+def _shell_word(text: str) -> str:
+    """Quote ``text`` for bash; ``$HOME`` at the start stays expandable."""
+    if text.replace("_", "").replace(".", "").replace("=", "").replace("-", "").replace("/", "").isalnum():
+        return text
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def launcher_script(name: str, source: str, profile: str, scale: str, pairs: list[tuple[str, Any]]) -> str:
+    """A complete bash launcher for verl: ``set -euo pipefail``, every override listed, no pass-through."""
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# verl launcher for recipe {name} (profile {profile}, scale {scale}), written by `harness export-verl`.",
+        f"# source launcher: {source}",
+        "# Every override is listed; the script takes no arguments and loads no code.",
+        "set -euo pipefail",
+        "",
+    ]
+    body: list[str] = []
+    for key, value in pairs:
+        text = format_value(value)
+        if key in DATA_FILES and isinstance(value, str) and value.startswith("$HOME/"):
+            var = DATA_FILES[key].upper() + "_FILES"
+            lines.append(f'{var}="${{{var}:-$HOME/{_dq(value[len("$HOME/"):])}}}"')
+            body.append(f'{key}="${var}"')
+            continue
+        body.append(_shell_word(f"{key}={text}"))
+    if len(lines) > 6:
+        lines.append("")
+    lines.append("python3 -m verl.trainer.main_ppo \\")
+    lines.extend(f"    {word} \\" for word in body[:-1])
+    if body:
+        lines.append(f"    {body[-1]}")
+    return "\n".join(lines) + "\n"
+
+
+def _dq(text: str) -> str:
+    return "".join("\\" + ch if ch in '"$`\\' else ch for ch in text)
