@@ -198,11 +198,11 @@ def digit_task(rng: np.random.Generator, image_size: int) -> Example:
 # --------------------------------------------------------------------------- text tasks
 @register_task("text_choice", choices=LETTERS, thought="I find the option with that word", vision=False)
 def text_choice_task(rng: np.random.Generator, image_size: int) -> Example:
-    order = [COLOR_NAMES[i] for i in rng.permutation(4)]
+    """The text twin of ``color``: a fixed code maps each colour word to a letter, so the answer is
+    a function of the one colour word in the prompt (learnable by a 2-layer model in a smoke run)."""
     target = COLOR_NAMES[int(rng.integers(4))]
-    options = " ".join(f"{LETTERS[i]}. {w}" for i, w in enumerate(order))
-    body = f"Which option is the word {target}? {options}"
-    return _example("text_choice", body, LETTERS[order.index(target)])
+    body = f"The colour is {target}. Which letter is its code: A, B, C or D?"
+    return _example("text_choice", body, LETTERS[COLOR_NAMES.index(target)])
 
 
 @register_task("add", choices=tuple(str(v) for v in range(9)), thought="I add the two numbers", vision=False)

@@ -171,7 +171,8 @@ def rule_batched_tokens(ctx: RuleContext) -> Iterator[Finding]:
                       key=f"{ROLLOUT}.max_num_batched_tokens", ctx=ctx)
 
 
-@register_rule("duplicate-key", "error", "a JSON object defines the same key twice (the later one would win silently)")
+@register_rule("duplicate-key", "error",
+               "a key is given twice, in a JSON object or as two launcher overrides (the later one would win silently)")
 def rule_duplicate_key(ctx: RuleContext) -> Iterator[Finding]:
     """Reported by the strict JSON loader (harness.jsonio) while parsing; a parsed dict has none left."""
     return iter(())
