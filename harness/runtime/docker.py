@@ -1,0 +1,318 @@
+"""Run `python -m harness ...` inside a locked image, through the Docker SDK.
+
+The container is sealed: no network (``network_mode="none"``), a read-only root
+filesystem with tmpfs for ``/tmp`` and ``$HOME``, every capability dropped,
+``no-new-privileges``, memory and pid limits, and the non-root user 10001. Only
+two host paths are visible: the run directory (read-write at ``/run-dir``) and
+the recipes directory (read-only at ``/recipes``), plus any extra read-only
+mounts the caller names. The caller rewrites paths accordingly.
+
+Accelerators: NVIDIA GPUs through a ``DeviceRequest`` (needs the NVIDIA container
+runtime on the host); Ascend NPUs through the davinci device nodes and the
+driver files Huawei's container guide asks to mount read-only.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+
+CONTAINER_UID = 10001
+CONTAINER_GID = 10001
+RUN_DIR = "/run-dir"
+RECIPES_DIR = "/recipes"
+HOME_DIR = "/home/harness"
+LOCK_LABEL = "io.harness.lock-sha256"
+DEVICES = ("cpu", "cuda", "npu")
+
+# Huawei's container guide: per-chip nodes plus three management nodes ...
+ASCEND_SHARED_NODES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
+# ... and the host driver, DCMI library and npu-smi, mounted read-only.
+ASCEND_DRIVER_MOUNTS = (
+    "/usr/local/Ascend/driver",
+    "/usr/local/dcmi",
+    "/usr/local/bin/npu-smi",
+)
+ASCEND_OPTIONAL_MOUNTS = ("/etc/ascend_install.info",)
+
+
+def client(timeout: int = 120):
+    """A Docker SDK client that has answered a ping, or a HarnessError saying why not."""
+    try:
+        import docker  # noqa: PLC0415 - optional at import time of the harness
+        from docker.errors import DockerException  # noqa: PLC0415
+    except ImportError as err:
+        raise HarnessError(
+            f"the docker Python SDK is not installed ({err})",
+            fix="pip install 'docker>=7'",
+        ) from err
+    try:
+        cli = docker.from_env(timeout=timeout)
+        cli.ping()
+    except DockerException as err:
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise HarnessError(
+            f"no Docker daemon answers at {host} ({reason})",
+            fix="start dockerd (images/ci_prepare.sh does) or set DOCKER_HOST",
+        ) from err
+    return cli
+
+
+def _get_image(cli, image: str):
+    from docker.errors import ImageNotFound  # noqa: PLC0415
+
+    try:
+        return cli.images.get(image)
+    except ImageNotFound as err:
+        raise HarnessError(
+            f"image {image} is not present in the local Docker daemon",
+            fix="build it with `python -m harness build-image cpu` (or cuda / ascend)",
+        ) from err
+
+
+def docker_status(image: str) -> tuple[bool, str]:
+    """``(True, image id)`` when a daemon answers and ``image`` exists locally, else ``(False, reason)``."""
+    try:
+        cli = client(timeout=30)
+        try:
+            return True, _get_image(cli, image).id
+        finally:
+            cli.close()
+    except HarnessError as err:
+        return False, err.one_line()
+    except Exception as err:  # noqa: BLE001 - any daemon failure is a reason, not a crash
+        return False, f"docker: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+
+
+def image_info(image: str) -> dict[str, Any]:
+    """Identity of a local image: id, tags, repo digests, labels and the lock hash label."""
+    cli = client(timeout=30)
+    try:
+        img = _get_image(cli, image)
+        attrs = img.attrs
+        labels = dict((attrs.get("Config") or {}).get("Labels") or {})
+        return {
+            "id": img.id,
+            "tags": list(img.tags),
+            "repo_digests": list(attrs.get("RepoDigests") or []),
+            "labels": labels,
+            "lock_sha256": labels.get(LOCK_LABEL),
+            "created": attrs.get("Created"),
+            "size": attrs.get("Size"),
+            "architecture": attrs.get("Architecture"),
+        }
+    finally:
+        cli.close()
+
+
+def _prepare_run_dir(run_dir: Path) -> list[int]:
+    """Make ``run_dir`` writable for uid 10001; returns extra groups for the container user.
+
+    As root the (fresh) run directory is handed to 10001. Otherwise the owner keeps it, the
+    directory becomes group-writable and setgid, and the container user joins its group.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    st = run_dir.stat()
+    if st.st_uid == CONTAINER_UID:
+        return []
+    if os.geteuid() == 0:
+        for root, _dirs, files in os.walk(run_dir):
+            os.lchown(root, CONTAINER_UID, CONTAINER_GID)
+            for name in files:
+                os.lchown(os.path.join(root, name), CONTAINER_UID, CONTAINER_GID)
+        return []
+    try:
+        os.chmod(run_dir, (st.st_mode & 0o7777) | 0o2070)
+    except PermissionError as err:
+        raise HarnessError(
+            f"cannot make {run_dir} writable for the container user {CONTAINER_UID}",
+            file=str(run_dir),
+            fix="use a run directory you own",
+        ) from err
+    return [st.st_gid]
+
+
+def _device_options(devices: str, device_count: int) -> dict[str, Any]:
+    if devices not in DEVICES:
+        raise HarnessError(
+            f"unknown device kind {devices!r}", key_path="devices", fix=f"use one of {', '.join(DEVICES)}"
+        )
+    if devices == "cpu":
+        return {}
+    if devices == "cuda":
+        from docker.types import DeviceRequest  # noqa: PLC0415
+
+        count = device_count if device_count > 0 else -1  # -1: all GPUs
+        return {"device_requests": [DeviceRequest(count=count, capabilities=[["gpu"]])]}
+    # Ascend NPU: davinci0..N-1, or every davinci node of the host when device_count is 0
+    if device_count > 0:
+        chips = [f"/dev/davinci{i}" for i in range(device_count)]
+    else:
+        chips = sorted(glob.glob("/dev/davinci[0-9]*"), key=lambda p: int(p[len("/dev/davinci"):]))
+        chips = chips or ["/dev/davinci0"]
+    nodes = chips + list(ASCEND_SHARED_NODES)
+    missing = [n for n in nodes + list(ASCEND_DRIVER_MOUNTS) if not os.path.exists(n)]
+    if missing:
+        raise HarnessError(
+            f"Ascend device or driver path missing on this host: {', '.join(missing)}",
+            key_path="devices",
+            fix="run on an Ascend host with the NPU driver installed, or lower device_count",
+        )
+    volumes = {p: {"bind": p, "mode": "ro"} for p in ASCEND_DRIVER_MOUNTS}
+    volumes.update({p: {"bind": p, "mode": "ro"} for p in ASCEND_OPTIONAL_MOUNTS if os.path.exists(p)})
+    return {"devices": [f"{n}:{n}:rwm" for n in nodes], "_volumes": volumes}
+
+
+def container_options(
+    *,
+    image_id: str,
+    lock_sha256: str,
+    run_dir: Path,
+    recipes_dir: Path,
+    mounts_ro: dict[Path, str] | None = None,
+    devices: str = "cpu",
+    device_count: int = 0,
+    env: dict[str, str] | None = None,
+    mem_limit: str = "8g",
+    pids_limit: int = 512,
+    shm_size: str = "1g",
+    group_add: list[int] | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments for ``containers.create`` that seal a harness container."""
+    volumes: dict[str, dict[str, str]] = {
+        str(Path(run_dir).resolve()): {"bind": RUN_DIR, "mode": "rw"},
+        str(Path(recipes_dir).resolve()): {"bind": RECIPES_DIR, "mode": "ro"},
+    }
+    for host, inner in (mounts_ro or {}).items():
+        if inner in (RUN_DIR, RECIPES_DIR, "/", "/tmp", HOME_DIR) or not str(inner).startswith("/"):
+            raise HarnessError(
+                f"read-only mount target {inner!r} is reserved or not absolute",
+                key_path="mounts_ro",
+                fix="mount extra inputs under a new absolute path such as /inputs/<name>",
+            )
+        volumes[str(Path(host).resolve())] = {"bind": str(inner), "mode": "ro"}
+    dev = _device_options(devices, device_count)
+    volumes.update(dev.pop("_volumes", {}))
+    environment = {
+        "HOME": HOME_DIR,
+        "TMPDIR": "/tmp",
+        "HARNESS_RUNTIME": "docker",
+        "HARNESS_IMAGE_ID": image_id,
+        "HARNESS_LOCK_SHA256": lock_sha256,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    for key, value in (env or {}).items():
+        if key.startswith("HARNESS_") and key in environment:
+            raise HarnessError(f"environment variable {key} is set by the runtime", key_path=f"env.{key}")
+        environment[key] = str(value)
+    uid_gid = f"{CONTAINER_UID}:{CONTAINER_GID}"
+    options: dict[str, Any] = {
+        "user": uid_gid,
+        "network_mode": "none",
+        "read_only": True,
+        "tmpfs": {
+            "/tmp": "rw,nosuid,nodev,size=2g,mode=1777",
+            HOME_DIR: f"rw,nosuid,nodev,size=512m,mode=0700,uid={CONTAINER_UID},gid={CONTAINER_GID}",
+        },
+        "volumes": volumes,
+        "working_dir": RUN_DIR,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "mem_limit": mem_limit,
+        "memswap_limit": mem_limit,  # no swap beyond the memory limit
+        "pids_limit": pids_limit,
+        "shm_size": shm_size,
+        "environment": environment,
+        "labels": {"io.harness.role": "run"},
+        **dev,
+    }
+    if group_add:
+        options["group_add"] = [str(g) for g in group_add]
+    return options
+
+
+def run_in_docker(
+    inner_args: list[str],
+    *,
+    image: str,
+    run_dir: Path,
+    recipes_dir: Path,
+    mounts_ro: dict[Path, str] | None = None,
+    devices: str = "cpu",
+    device_count: int = 0,
+    env: dict[str, str] | None = None,
+    mem_limit: str = "8g",
+    pids_limit: int = 512,
+) -> int:
+    """Run ``python -m harness <inner_args>`` in ``image``; stream its output; return its exit code.
+
+    Paths inside ``inner_args`` must already be container paths (``/recipes/...``, ``/run-dir``).
+    The container is removed afterwards, whatever happened.
+    """
+    run_dir = Path(run_dir)
+    recipes_dir = Path(recipes_dir)
+    if not recipes_dir.is_dir():
+        raise HarnessError(f"recipes directory {recipes_dir} does not exist", file=str(recipes_dir))
+    group_add = _prepare_run_dir(run_dir)
+    cli = client()
+    container = None
+    try:
+        img = _get_image(cli, image)
+        labels = (img.attrs.get("Config") or {}).get("Labels") or {}
+        if not labels.get(LOCK_LABEL):
+            raise HarnessError(
+                f"image {image} has no {LOCK_LABEL} label, so it is not a harness image",
+                fix="build it with `python -m harness build-image cpu` (or cuda / ascend)",
+            )
+        options = container_options(
+            image_id=img.id,
+            lock_sha256=labels[LOCK_LABEL],
+            run_dir=run_dir,
+            recipes_dir=recipes_dir,
+            mounts_ro=mounts_ro,
+            devices=devices,
+            device_count=device_count,
+            env=env,
+            mem_limit=mem_limit,
+            pids_limit=pids_limit,
+            group_add=group_add,
+        )
+        # Every harness image's ENTRYPOINT runs `python -m harness` (Ascend's first sources CANN's env).
+        container = cli.containers.create(img.id, command=[str(a) for a in inner_args], **options)
+        try:
+            container.start()
+        except Exception as err:  # noqa: BLE001 - report the daemon's reason in one line
+            text = str(err).splitlines()[0] if str(err) else type(err).__name__
+            fix = "install the NVIDIA container toolkit on the host" if devices == "cuda" else None
+            raise HarnessError(f"the container did not start: {text}", fix=fix) from err
+        cli.api.timeout = None  # a run can print nothing for longer than any request timeout
+        out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None
+        for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+            if out is not None:
+                out.write(chunk)
+                out.flush()
+            else:
+                sys.stdout.write(chunk.decode("utf-8", "replace"))
+        result = container.wait()
+        return int(result.get("StatusCode", 1))
+    except KeyboardInterrupt:
+        if container is not None:
+            try:
+                container.kill()
+            except Exception:  # noqa: BLE001, S110 - it may have exited already
+                pass
+        raise
+    finally:
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001, S110 - already gone
+                pass
+        cli.close()
