@@ -2,7 +2,7 @@
 
 Needs a Docker daemon and the CPU image (`python -m harness build-image cpu`, which
 images/ci_prepare.sh runs). Without them these tests skip with the reason, unless
-HARNESS_REQUIRE_DOCKER=1 (CI sets it), where a missing daemon or image is a failure.
+HARNESS_REQUIRE_DOCKER=1 or CI=true (CI prepares the image), where a missing daemon or image is a failure.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ PROBE = textwrap.dedent(
 def image_id() -> str:
     ok, detail = rt.docker_status(IMAGE)
     if not ok:
-        if os.environ.get("HARNESS_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"HARNESS_REQUIRE_DOCKER=1 but {detail}")
+        if os.environ.get("HARNESS_REQUIRE_DOCKER") == "1" or os.environ.get("CI") == "true":
+            pytest.fail(f"CI / HARNESS_REQUIRE_DOCKER=1 needs the CPU image, but {detail}")
         pytest.skip(detail)
     return detail
 
