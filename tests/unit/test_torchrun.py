@@ -1,0 +1,77 @@
+"""The torchrun launcher's pure parts: node layout, command line, Slurm script, failure summary."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import pytest
+
+from harness.errors import HarnessError
+from harness.recipe import resolve
+from harness.runtime import torchrun
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    return argparse.Namespace(steps=kw.get("steps"), overrides=kw.get("overrides", []), quiet=True)
+
+
+def test_sbatch_script_text() -> None:
+    res = resolve("qwen3_vl_30b", "gpu-8x-h200-141g", "full")
+    text = torchrun.sbatch_script(res, steps=5, out="runs/vl-full", partition="gpu", time_limit="02:00:00")
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    assert "#SBATCH --nodes=2" in lines and "#SBATCH --gpus-per-node=8" in lines
+    assert "#SBATCH --ntasks-per-node=1" in lines and "#SBATCH --partition=gpu" in lines
+    assert "set -euo pipefail" in lines
+    assert 'export HARNESS_RDZV_ENDPOINT="${head_node}:29500"' in lines
+    assert any(line.startswith("srun ") and "--runtime torchrun" in line and "NODE_RANK=$SLURM_NODEID" in line
+               and "--steps 5" in line and "--stage train" in line for line in lines)
+    assert lines[-1] == "harness compare runs/vl-full"
+    assert "$@" not in text
+
+
+def test_sbatch_script_for_ascend_has_no_gpu_request() -> None:
+    res = resolve("qwen3_vl_30b", "npu-16x-ascend-a3", "full")
+    text = torchrun.sbatch_script(res, steps=None, out="runs/x", partition=None, time_limit="01:00:00")
+    assert "#SBATCH --nodes=1" in text and "--gpus-per-node" not in text.replace("no --gpus-per-node", "")
+
+
+def test_layout_and_command(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    for var in ("NNODES", "SLURM_NNODES", "NODE_RANK", "SLURM_NODEID", "HARNESS_RDZV_ENDPOINT"):
+        monkeypatch.delenv(var, raising=False)
+    res = resolve("qwen3_vl_30b", "cpu", "smoke")
+    layout = torchrun.node_layout(res, 2)
+    assert layout["nnodes"] == 1 and layout["nproc"] == 2 and str(layout["endpoint"]).startswith("127.0.0.1:")
+    cmd = torchrun.torchrun_command(res, _args(steps=3, overrides=["seed=1"]), tmp_path / "run", layout)
+    assert "--nproc-per-node=2" in cmd and "--max-restarts=0" in cmd and "harness.runtime.rank" in cmd
+    assert cmd[cmd.index("--steps") + 1] == "3" and cmd[cmd.index("--set") + 1] == "seed=1"
+
+
+def test_layout_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HARNESS_RDZV_ENDPOINT", raising=False)
+    full = resolve("qwen3_vl_30b", "gpu-8x-h200-141g", "full")  # 2 nodes
+    monkeypatch.setenv("NNODES", "2")
+    with pytest.raises(HarnessError, match="HARNESS_RDZV_ENDPOINT"):
+        torchrun.node_layout(full)
+    monkeypatch.setenv("NNODES", "3")
+    with pytest.raises(HarnessError, match="trainer.nnodes=2"):
+        torchrun.node_layout(full)
+    monkeypatch.setenv("NNODES", "2")
+    with pytest.raises(HarnessError, match="cpu profile"):
+        torchrun.node_layout(replace(full), 4)
+
+
+def test_failure_summary_names_the_rank() -> None:
+    report = """
+    Root Cause (first observed failure):
+    [0]:
+      time      : 2026-11-30_06:00:00
+      host      : node
+      rank      : 1 (local_rank: 1)
+      exitcode  : -9 (pid: 123)
+      error_file: <N/A>
+    error: rank 0: step failed
+    """
+    assert torchrun.failure_summary(report) == "rank 1 exited with signal 9"
+    assert torchrun.failure_summary("nothing useful") == "torchrun failed (no rank report)"
