@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "certify": "certify",
     "verify-certificate": "verify_certificate",
     "probe": "probe",
+    "ckpt-resume": "ckpt_resume",
 }
 
 

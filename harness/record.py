@@ -4,6 +4,9 @@
 - ``metrics.jsonl`` — one JSON object per step (``{"step": k, "<metric>": value, …}``), flushed
   and fsynced per line; floats are written with ``repr`` precision (bitwise round trip).
 - ``manifest.json`` — what ran, where and how (schema ``manifest``), rewritten atomically.
+- ``checkpoints/`` — resumable training state (see :mod:`harness.checkpoint`); a resumed run's
+  ``metrics.jsonl`` is cut back to the checkpoint's step and continued, and its manifest lists
+  each resume under ``resumes``.
 - ``INCOMPLETE`` — present from the start until the run finishes cleanly; a run killed with
   ``kill -9`` keeps it (and its manifest still says ``running``), so it is never mistaken for a
   finished run.
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.jsonio import load_json_strict, write_json_atomic
+from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
 from harness.paths import ROOT
 
 MARKER = "INCOMPLETE"
@@ -86,6 +89,22 @@ class MetricsWriter:
         self._fh.close()
 
 
+def truncate_metrics(path: Path, last_step: int) -> None:
+    """Keep the rows up to ``last_step`` (byte for byte); rewritten atomically. ``-1`` keeps none."""
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = []
+    for line in lines:
+        try:
+            step = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line (killed mid-write)
+        if step <= last_step:
+            kept.append(line if line.endswith("\n") else line + "\n")
+    write_text_atomic(path, "".join(kept))
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Rows of a ``metrics.jsonl``; a torn last line (killed mid-write) is ignored."""
     rows = []
@@ -117,12 +136,16 @@ class RunRecord:
         self.metrics = MetricsWriter(self.dir / "metrics.jsonl")
 
     @classmethod
-    def resume(cls, run_dir: Path) -> RunRecord:
+    def resume(cls, run_dir: Path, *, from_step: int, entry: dict[str, Any], updates: dict[str, Any]) -> RunRecord:
+        """Reopen a run to continue after ``from_step`` (0: start over): metrics cut back, the resume recorded."""
         self = cls.__new__(cls)
         self.dir = run_dir
         self.manifest = load_json_strict(run_dir / "manifest.json")
         (self.dir / MARKER).write_text("this run has not finished cleanly\n", encoding="utf-8")
-        self.manifest["status"] = "running"
+        truncate_metrics(self.dir / "metrics.jsonl", from_step if from_step > 0 else -1)
+        self.manifest.update(updates, status="running", finished_utc=None, error=None)
+        self.manifest["steps"]["completed"] = from_step
+        self.manifest.setdefault("resumes", []).append(entry)
         self.save()
         self.metrics = MetricsWriter(self.dir / "metrics.jsonl")
         return self

@@ -1,15 +1,21 @@
 """Run one resolved recipe in this process (or as one rank of a torchrun job) and record it.
 
 ``train()`` is what ``harness run --runtime local`` does and what each torchrun rank does:
-seed → build → (warm-start) → loop (step, log, validate) → finish the record. Test-only fault
-injection (``HARNESS_FAULT``) exists so the gate's mutation tests can prove it catches a flipped
-advantage sign or a slowdown; a run with a fault is marked as such in its manifest.
+seed → build → (warm-start) → [restore a checkpoint] → loop (step, log, validate every
+``test_freq`` steps and after the last, checkpoint every ``save_freq``) → finish the record.
+SIGTERM / SIGINT finish the current step, checkpoint, mark the run ``interrupted`` and exit
+128 + signal (130 / 143); ``--resume`` continues it bit for bit (:mod:`harness.checkpoint`).
+Test-only fault injection (``HARNESS_FAULT``) exists so the gate's mutation tests can prove it
+catches a flipped advantage sign or a slowdown; a run with a fault is marked as such in its
+manifest.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,13 +23,15 @@ from typing import Any
 import torch
 
 from harness import __version__
+from harness.checkpoint import (Interrupted, ResumePlan, clean_partial, load_checkpoint, plan_resume,
+                                request_stop_after, save_checkpoint)
 from harness.core.device import numerics_env, resolve_device, set_determinism
 from harness.core.trainer import Dist, GRPOTrainer
 from harness.core.warmstart import run_warm_start
 from harness.errors import HarnessError
 from harness.profiles import probe_machine
 from harness.recipe import Resolved
-from harness.record import RunRecord, git_revision, software_versions
+from harness.record import RunRecord, git_revision, software_versions, utc_now
 
 FAULTS = ("flip-advantage", "slowdown")
 
@@ -91,67 +99,139 @@ class _Progress:
             self.rich.stop()
 
 
+class _StopSignals:
+    """SIGTERM / SIGINT ask the loop to stop after the current step; the handlers live for the whole run."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.signum:
+            self.signum = signum
+            sys.stderr.write(f"notice: {signal.Signals(signum).name} received; stopping after this step with a "
+                             "checkpoint\n")
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def agreed(self, dist: Dist) -> int:
+        """The signal any rank got (0 = none): the same answer on every rank."""
+        return self.signum if dist.world == 1 else max(dist.all_gather_objects(self.signum))
+
+
+def _resume_record(run_dir: Path, res: Resolved, plan: ResumePlan, total: int) -> RunRecord:
+    """Reopen the run directory for a resume (rank 0): partial checkpoints go, metrics are cut back."""
+    clean_partial(run_dir)
+    overrides = list(plan.base_overrides)
+    for o in plan.overrides:
+        same_key = [x for x in overrides if x["key"] == o["key"]]
+        if not same_key or same_key[-1]["value"] != o["value"]:
+            overrides.append(o)
+    updates = {"overrides": overrides, "resolved_config": res.config, "steps": {"requested": total},
+               "recipe": {**plan.manifest["recipe"], "hash": res.recipe_hash, "config_hash": res.config_hash}}
+    entry = {"from_step": plan.step, "utc": utc_now(), "overrides": plan.overrides}
+    return RunRecord.resume(run_dir, from_step=plan.step, entry=entry, updates=updates)
+
+
 def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: str = "local", progress: bool = True,
-          dist: Dist | None = None, local_rank: int = 0) -> dict[str, Any]:
-    """Train ``res`` for ``steps`` (default: the recipe's total) and record it; returns the manifest."""
+          dist: Dist | None = None, local_rank: int = 0, resume: list[str] | None = None) -> dict[str, Any]:
+    """Train ``res`` for ``steps`` (default: the recipe's total) and record it; returns the manifest.
+
+    ``resume`` (the ``--set`` overrides given on the resuming command) continues the run already in
+    ``run_dir`` from its newest complete checkpoint (rules: :mod:`harness.checkpoint`).
+    """
     cfg = res.config
     dist = dist or Dist()
-    total = int(steps or cfg["trainer"]["total_training_steps"])
+    plan = plan_resume(run_dir, res, resume, dist.world) if resume is not None else None
+    total = int(steps or (plan.requested if plan else 0) or cfg["trainer"]["total_training_steps"])
+    start = plan.step if plan else 0
+    if start > total:
+        raise HarnessError(f"the checkpoint is at step {start}, beyond the {total} steps asked for", file=str(run_dir),
+                           fix=f"give --steps {start} or more")
     fault = parse_fault(os.environ.get("HARNESS_FAULT"))
     set_determinism(int(cfg["seed"]), bool(cfg["deterministic"]))
     device = resolve_device(cfg["trainer"]["device"], local_rank)
-    is_writer = dist.rank == 0
-    record = RunRecord(run_dir, base_manifest(res, steps=total, runtime=runtime, world=dist.world, fault=fault)) \
-        if is_writer else None
-    bar = _Progress(total, progress and is_writer)
-    try:
-        trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.profile["accelerator"]["peak_bf16_tflops"],
-                              dist=dist, warm_start_fn=run_warm_start)
-        if fault.get("flip-advantage"):
-            trainer.advantage_sign = -1.0
-        if record is not None:
-            record.update(model={"family": cfg["model"]["family"], "n_params": trainer.models.n_params,
-                                 "n_active_params": trainer.models.n_active_params,
-                                 "attn_implementation": trainer.models.attn_implementation,
-                                 "notes": list(trainer.models.notes)},
-                          warm_start=trainer.warm_start_info or None,
-                          data={"train_size": len(trainer.train_examples), "val_size": len(trainer.val_examples),
-                                "num_filtered": trainer.loader.num_filtered})
-        test_freq = cfg["trainer"]["test_freq"]
-        if cfg["trainer"]["val_before_train"] and test_freq > 0:
-            val = trainer.validate(0)
+    record = None
+    if dist.rank == 0:
+        record = _resume_record(run_dir, res, plan, total) if plan else \
+            RunRecord(run_dir, base_manifest(res, steps=total, runtime=runtime, world=dist.world, fault=fault))
+    bar = _Progress(total, progress and record is not None)
+    with _StopSignals() as stop:
+        try:
+            trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.profile["accelerator"]["peak_bf16_tflops"],
+                                  dist=dist, warm_start_fn=run_warm_start)
+            if fault.get("flip-advantage"):
+                trainer.advantage_sign = -1.0
+            if plan is not None and plan.path is not None:
+                load_checkpoint(trainer, plan.path)
+            if record is not None and start == 0:
+                record.update(model={"family": cfg["model"]["family"], "n_params": trainer.models.n_params,
+                                     "n_active_params": trainer.models.n_active_params,
+                                     "attn_implementation": trainer.models.attn_implementation,
+                                     "notes": list(trainer.models.notes)},
+                              warm_start=trainer.warm_start_info or None,
+                              data={"train_size": len(trainer.train_examples), "val_size": len(trainer.val_examples),
+                                    "num_filtered": trainer.loader.num_filtered})
+            test_freq, save_freq = cfg["trainer"]["test_freq"], cfg["trainer"]["save_freq"]
+            if cfg["trainer"]["val_before_train"] and test_freq > 0 and start == 0:
+                val = trainer.validate(0)
+                if record is not None:
+                    record.metrics.write(0, val)
+            for step in range(start + 1, total + 1):
+                metrics = trainer.step(step)
+                if fault.get("slowdown"):
+                    extra = metrics["timing_s/step"] * fault["slowdown"]
+                    time.sleep(extra)
+                    metrics["timing_s/step"] += extra
+                    metrics["perf/throughput"] = (metrics["perf/total_num_tokens"] / metrics["timing_s/step"]
+                                                  / dist.world)
+                if test_freq > 0 and (step % test_freq == 0 or step == total):
+                    metrics.update(trainer.validate(step))
+                if record is not None:
+                    record.metrics.write(step, metrics)
+                    record.manifest["steps"]["completed"] = step
+                    if step == total or step % 5 == 0:
+                        record.save()
+                bar.update(step, metrics)
+                request_stop_after(step)
+                signum = stop.agreed(dist) if step < total else 0
+                if signum or (save_freq > 0 and (step % save_freq == 0 or step == total)):
+                    if record is not None:
+                        record.save()
+                    save_checkpoint(trainer, run_dir, step, config=cfg, manifest=record.manifest if record else None,
+                                    keep=cfg["trainer"]["max_actor_ckpt_to_keep"])
+                if signum:
+                    err = Interrupted(signum, step, run_dir)
+                    if record is not None:
+                        record.finish("interrupted", err.one_line())
+                    dist.all_gather_objects(None)  # no rank leaves before the record is final
+                    raise err
+        except Interrupted:
+            bar.close()
+            raise
+        except KeyboardInterrupt:
+            bar.close()
             if record is not None:
-                record.metrics.write(0, val)
-        for step in range(1, total + 1):
-            metrics = trainer.step(step)
-            if fault.get("slowdown"):
-                extra = metrics["timing_s/step"] * fault["slowdown"]
-                time.sleep(extra)
-                metrics["timing_s/step"] += extra
-                metrics["perf/throughput"] = metrics["perf/total_num_tokens"] / metrics["timing_s/step"] / dist.world
-            if test_freq > 0 and (step % test_freq == 0 or step == total):
-                metrics.update(trainer.validate(step))
+                record.finish("interrupted", "interrupted by the user")
+            raise
+        except HarnessError as err:
+            bar.close()
             if record is not None:
-                record.metrics.write(step, metrics)
-                record.manifest["steps"]["completed"] = step
-                if step == total or step % 5 == 0:
-                    record.save()
-            bar.update(step, metrics)
-    except KeyboardInterrupt:
-        bar.close()
-        if record is not None:
-            record.finish("interrupted", "interrupted by the user")
-        raise
-    except HarnessError as err:
-        bar.close()
-        if record is not None:
-            record.finish("failed", err.one_line())
-        raise
-    except Exception as err:  # noqa: BLE001 - recorded, then re-raised for the caller's one-line report
-        bar.close()
-        if record is not None:
-            record.finish("failed", f"{type(err).__name__}: {err}")
-        raise
+                record.finish("failed", err.one_line())
+            raise
+        except Exception as err:  # noqa: BLE001 - recorded, then re-raised for the caller's one-line report
+            bar.close()
+            if record is not None:
+                record.finish("failed", f"{type(err).__name__}: {err}")
+            raise
     bar.close()
     if record is None:
         return {}

@@ -39,16 +39,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out (harness.checkpoint)")
     args = p.parse_args(argv)
+    from harness.checkpoint import Interrupted, resume_overrides
     from harness.core.parallel import distributed, shutdown
     from harness.runner import train
 
     nproc = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    res = cpu_world(resolve(args.recipe, args.profile, args.scale, tuple(args.overrides)), nproc)
+    sets = resume_overrides(args.out, args.overrides) if args.resume else args.overrides
+    res = cpu_world(resolve(args.recipe, args.profile, args.scale, tuple(sets)), nproc)
     dist = distributed(res.config)
     try:
         train(res, args.out, steps=args.steps, runtime="torchrun", progress=not args.quiet, dist=dist,
-              local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+              local_rank=int(os.environ.get("LOCAL_RANK", "0")), resume=args.overrides if args.resume else None)
+    except Interrupted as err:
+        return err.exit_code  # checkpoint saved and the run marked interrupted; the launcher reports it
     except HarnessError as err:
         sys.stderr.write(f"error: rank {dist.rank}: {err.one_line()}\n")
         raise

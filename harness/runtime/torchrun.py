@@ -5,7 +5,8 @@ cpu profile ``--nproc-per-node`` may set the process count). Multi-node: every n
 same command with ``NNODES``, ``NODE_RANK`` (or Slurm's ``SLURM_NNODES`` / ``SLURM_NODEID``) and
 ``HARNESS_RDZV_ENDPOINT=host:port`` set; :func:`sbatch_script` writes a Slurm script doing
 exactly that. A failed rank fails the whole job (``--max-restarts 0``); its error is written
-into the run's manifest and reported in one line.
+into the run's manifest and reported in one line. ``--resume`` reaches the ranks as ``--resume``
+(continue the run in ``--out``).
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+from harness.checkpoint import interrupt_exit_code
 from harness.errors import EXIT_FINDINGS, HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.recipe import Resolved
@@ -63,6 +67,8 @@ def torchrun_command(res: Resolved, args: argparse.Namespace, run_dir: Path, lay
         cmd += ["--set", o]
     if getattr(args, "quiet", False):
         cmd.append("--quiet")
+    if getattr(args, "resume", None) is not None:
+        cmd.append("--resume")  # continue the run in --out
     return cmd
 
 
@@ -78,24 +84,55 @@ def failure_summary(output: str) -> str:
     return "; ".join(parts) or "torchrun failed (no rank report)"
 
 
+def _rank_pids(pid: int) -> list[int]:
+    """The torchrun agent's children (the ranks), from /proc; empty when unknown."""
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def launch(res: Resolved, args: argparse.Namespace, run_dir: Path) -> None:
+    """Run torchrun; SIGINT / SIGTERM go straight to the ranks, which stop after the step with a checkpoint.
+
+    torchrun runs in its own session, so a terminal's Ctrl-C reaches only this process: the agent
+    itself would give the ranks just 30 s before killing them.
+    """
     layout = node_layout(res, getattr(args, "nproc_per_node", None))
     cmd = torchrun_command(res, args, run_dir, layout)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHELASTIC_ERROR_FILE": str(run_dir / "rank-error.json")}
     run_dir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+
+    def forward(signum: int, frame: object) -> None:
+        for pid in _rank_pids(proc.pid) or [proc.pid]:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)} \
+        if threading.current_thread() is threading.main_thread() else {}
     captured: list[str] = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        captured.append(line)
-        sys.stderr.write(line)
-    code = proc.wait()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            captured.append(line)
+            sys.stderr.write(line)
+        code = proc.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     if code == 0:
         return
     summary = failure_summary("".join(captured))
     manifest_path = run_dir / "manifest.json"
     if manifest_path.is_file():
         manifest = load_json_strict(manifest_path)
+        if manifest.get("status") == "interrupted":
+            error = manifest.get("error") or "interrupted"
+            raise HarnessError(error, exit_code=interrupt_exit_code(error))
         if manifest.get("status") == "running":
             manifest.update(status="failed", finished_utc=utc_now(), error=summary)
             write_json_atomic(manifest_path, manifest)

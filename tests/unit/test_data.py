@@ -83,10 +83,14 @@ def test_color_images_are_nearly_uniform():
         assert np.abs(arr.mean(axis=(0, 1)) - want).max() < 3 and arr.std(axis=(0, 1)).max() < 10
 
 
-def test_text_choice_answer_points_at_the_word():
-    for e in dt.build_synthetic(["text_choice"], 10, 0, "train", 32):
-        word = e.question.split("the word ")[1].split("?")[0]
-        assert f"{e.answer}. {word}" in e.question
+def test_text_choice_answer_is_the_colour_code():
+    codes = {"red": "A", "green": "B", "blue": "C", "yellow": "D"}
+    seen = set()
+    for e in dt.build_synthetic(["text_choice"], 20, 0, "train", 32):
+        word = e.question.split("The colour is ")[1].split(".")[0]
+        assert e.answer == codes[word] and not e.images
+        seen.add(word)
+    assert seen == set(codes)
 
 
 @pytest.mark.parametrize("bad", [0, 24, 31])

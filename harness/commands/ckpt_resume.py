@@ -1,0 +1,54 @@
+"""`harness ckpt-resume RECIPE`: N steps straight vs N/2, SIGTERM, resume N/2 — metrics must match bitwise.
+
+Exit codes: 0 identical (timing and perf fields aside), 1 a mismatch or a run failed, 2 bad input.
+Prints one line, or the result as JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
+from harness.recipe import SCALES_DEFAULT, resolve
+
+HELP = "Check that an interrupted run resumes bit for bit (N straight vs N/2 + resume N/2)."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipe", metavar="RECIPE", help="recipe name (recipes/NAME.json) or path to a recipe file")
+    p.add_argument("--profile", help="hardware profile (default: the one matching this machine)")
+    p.add_argument("--scale", default=SCALES_DEFAULT, help="recipe scale (default: smoke)")
+    p.add_argument("--steps", type=int, default=6, help="steps of the straight run (default 6; resumed at N/2)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override an allowlisted key (repeatable), applied to both runs")
+    p.add_argument("--nproc-per-node", type=int, default=1, help="processes (torchrun) on the cpu profile; 1 = local")
+    p.add_argument("--workdir", type=Path, help="where the two runs go (default: a temporary directory)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from harness.checkpoint import ckpt_resume_check
+
+    profile = args.profile
+    if profile is None:
+        from harness.profiles import live_profile_name
+
+        profile = live_profile_name()
+    if args.steps < 2:
+        raise HarnessError(f"--steps must be >= 2, got {args.steps}", key_path="--steps", fix="give 2 or more")
+    res = resolve(args.recipe, profile, args.scale, tuple(args.overrides))
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"ckpt-resume-{res.name}-"))
+    result = ckpt_resume_check(res, workdir, args.steps, nproc=args.nproc_per_node)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif result["pass"]:
+        print(f"PASS ckpt-resume {res.name} ({profile}): {args.steps} steps straight == {args.steps // 2} + resume, "
+              f"bitwise (runs in {workdir})")
+    else:
+        m = result["first_mismatch"]
+        print(f"FAIL ckpt-resume {res.name} ({profile}): step {m['step']} {m['key']}: straight {m['straight']!r} "
+              f"vs resumed {m['resumed']!r} (runs in {workdir})")
+    return EXIT_OK if result["pass"] else EXIT_FINDINGS

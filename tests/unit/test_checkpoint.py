@@ -1,0 +1,176 @@
+"""Checkpoint layout, save/load round trip, pruning, partial checkpoints, resume rules (no training)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import signal
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from harness import checkpoint as ck
+from harness.core.trainer import Dist
+from harness.errors import HarnessError
+from harness.recipe import resolve
+from harness.record import read_metrics, truncate_metrics
+
+
+class _Loader:
+    def __init__(self) -> None:
+        self.position = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position = state["position"]
+
+
+def _trainer(seed: int) -> SimpleNamespace:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (s + 1))
+    return SimpleNamespace(models=SimpleNamespace(actor=model), optimizer=opt, scheduler=sched, loader=_Loader(),
+                           tokens_seen=0, dist=Dist())
+
+
+def _train_steps(tr: SimpleNamespace, n: int) -> None:
+    for _ in range(n):
+        tr.optimizer.zero_grad(set_to_none=True)
+        tr.models.actor(torch.randn(3, 4)).pow(2).sum().backward()
+        tr.optimizer.step()
+        tr.scheduler.step()
+        tr.loader.position += 16
+        tr.tokens_seen += 100
+
+
+def _save(tr: SimpleNamespace, run: Path, step: int, keep: int | None = None) -> Path:
+    return ck.save_checkpoint(tr, run, step, config={"seed": 1}, manifest={"status": "running"}, keep=keep)
+
+
+def test_round_trip_continues_identically(tmp_path: Path) -> None:
+    a = _trainer(0)
+    _train_steps(a, 3)
+    random.seed(5)
+    np.random.seed(5)
+    path = _save(a, tmp_path, 3)
+    assert sorted(p.name for p in path.iterdir()) == sorted(
+        [".metadata", "__0_0.distcp", "extra-rank0.pt", "trainer-state.json", "resolved-recipe.json",
+         "manifest.json", "COMPLETE"])
+    assert not [p for p in path.parent.iterdir() if ".tmp-" in p.name]
+    draws = (random.random(), np.random.rand(), torch.rand(1).item())
+    torch.manual_seed(7)
+    _train_steps(a, 2)
+
+    b = _trainer(1)  # another init and RNG history: everything must come from the checkpoint
+    random.seed(9)
+    state = ck.load_checkpoint(b, path)
+    assert state["step"] == 3 and b.tokens_seen == 300 and b.loader.position == 48
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == draws
+    torch.manual_seed(7)
+    _train_steps(b, 2)
+    for pa, pb in zip(a.models.actor.parameters(), b.models.actor.parameters()):
+        assert torch.equal(pa, pb)
+    assert a.scheduler.get_last_lr() == b.scheduler.get_last_lr()
+    sa, sb = a.optimizer.state_dict()["state"][0], b.optimizer.state_dict()["state"][0]
+    assert torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
+    assert float(b.optimizer.state_dict()["state"][0]["step"]) == 5.0
+
+
+def test_prune_partial_and_newest(tmp_path: Path) -> None:
+    tr = _trainer(0)
+    for step in (2, 4, 6):
+        _save(tr, tmp_path, step, keep=2)
+    assert [s for s, _ in ck.complete_checkpoints(tmp_path)] == [4, 6]
+    root = tmp_path / ck.CKPT_DIR
+    (root / "step-000008.tmp-abc").mkdir()  # a write killed before the rename
+    (root / "step-000010").mkdir()  # no COMPLETE: never used
+    (root / "step-000010" / "__0_0.distcp").write_bytes(b"x")
+    assert ck.newest_checkpoint(tmp_path)[0] == 6
+    assert not ck.auto_resumable(tmp_path)  # no manifest: not a run
+    assert sorted(ck.clean_partial(tmp_path)) == ["step-000008.tmp-abc", "step-000010"]
+    assert sorted(p.name for p in root.iterdir()) == ["step-000004", "step-000006"]
+
+
+def test_truncate_metrics_keeps_rows_bytewise(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    rows = [json.dumps({"step": s, "x": 0.1 * s}) for s in range(5)]
+    path.write_text("\n".join(rows) + "\n" + '{"step": 5, "x": 0.')  # torn last line
+    truncate_metrics(path, 3)
+    assert path.read_text() == "\n".join(rows[:4]) + "\n"
+    truncate_metrics(path, -1)
+    assert read_metrics(path) == []
+
+
+@pytest.fixture(scope="module")
+def res():
+    return resolve("qwen3_vl_30b", "cpu", "smoke", ("trainer.test_freq=3",))
+
+
+def _run_dir(tmp: Path, res, status: str = "interrupted") -> Path:
+    manifest = {"recipe": {"name": res.name, "hash": res.recipe_hash}, "profile": res.profile_name,
+                "scale": res.scale, "status": status, "steps": {"requested": 6, "completed": 3},
+                "overrides": res.overrides, "resolved_config": res.config}
+    (tmp / "manifest.json").write_text(json.dumps(manifest))
+    return tmp
+
+
+def test_resume_rules(tmp_path: Path, res) -> None:
+    run = _run_dir(tmp_path, res)
+    assert ck.resume_overrides(run, ["trainer.save_freq=3"]) == ["trainer.test_freq=3", "trainer.save_freq=3"]
+    plan = ck.plan_resume(run, res, [], 1)
+    assert (plan.step, plan.path, plan.requested) == (0, None, 6)  # no checkpoint: start over
+
+    lr = resolve("qwen3_vl_30b", "cpu", "smoke", ("trainer.test_freq=3", "actor_rollout_ref.actor.optim.lr=0.002"))
+    plan = ck.plan_resume(run, lr, ["actor_rollout_ref.actor.optim.lr=0.002"], 1)
+    assert plan.overrides == [{"key": "actor_rollout_ref.actor.optim.lr", "value": 0.002}]
+    with pytest.raises(HarnessError, match=r"differs from the checkpoint's \(actor_rollout_ref.actor.optim.lr: "):
+        ck.plan_resume(run, lr, [], 1)  # changed but not given again with --set
+
+    cfg = copy.deepcopy(res.config)
+    cfg["model"]["architecture"]["text"]["hidden_size"] = 256
+    with pytest.raises(HarnessError, match="hidden_size: 128 -> 256") as err:
+        ck.plan_resume(run, replace(res, config=cfg), [], 1)
+    assert "\n" not in str(err.value)
+    with pytest.raises(HarnessError, match="profile"):
+        ck.plan_resume(run, replace(res, profile_name="a100"), [], 1)
+
+    tr = _trainer(0)
+    _save(tr, run, 3)
+    (run / "checkpoints" / "step-000003" / "resolved-recipe.json").write_text(json.dumps(res.config))
+    assert ck.auto_resumable(run)
+    assert ck.plan_resume(run, res, [], 1).step == 3
+    with pytest.raises(HarnessError, match="world size 1, this run has 2"):
+        ck.plan_resume(run, res, [], 2)
+    _run_dir(tmp_path, res, status="complete")
+    with pytest.raises(HarnessError, match="complete"):
+        ck.plan_resume(run, res, [], 1)
+
+
+def test_metric_mismatch_and_exit_codes() -> None:
+    a = [{"step": 1, "x": 0.5, "timing_s/step": 1.0}, {"step": 2, "x": 0.25}]
+    b = [{"step": 1, "x": 0.5, "timing_s/step": 2.0}, {"step": 2, "x": 0.25000000000000006}]
+    assert ck.metric_mismatch(a, a) is None
+    assert ck.metric_mismatch(a, b) == {"step": 2, "key": "x", "straight": 0.25, "resumed": 0.25000000000000006}
+    assert ck.metric_mismatch(a, b[:1])["key"] == "<row>"
+    assert ck.interrupt_exit_code("x: interrupted by SIGINT after step 2; …") == 130
+    assert ck.interrupt_exit_code("x: interrupted by SIGTERM after step 2") == 143
+    assert ck.Interrupted(signal.SIGTERM, 3, Path("r")).exit_code == 143
+
+
+def test_stop_signals_finish_the_step() -> None:
+    from harness.runner import _StopSignals
+
+    before = signal.getsignal(signal.SIGTERM)
+    with _StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)  # handled: no exit, just a request
+        assert stop.agreed(Dist()) == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before
