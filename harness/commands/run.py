@@ -38,15 +38,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
     p.add_argument("--out", type=Path, help="run directory (default: runs/<recipe>-<profile>-<utc time>/)")
     p.add_argument("--baseline", type=Path, help="baseline file (default: baselines/<recipe>/<profile>-<scale>.json)")
-    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run from its newest "
-                   "complete checkpoint")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an unfinished run from its newest "
+                   "complete checkpoint (the original --set overrides and --steps are reused; see "
+                   "harness/checkpoint.py for the rule)")
     p.add_argument("--nproc-per-node", type=int, help="torchrun processes per node on the cpu profile "
                    "(accelerator profiles use trainer.n_gpus_per_node)")
     p.add_argument("--stage", choices=("all", "train"), default="all",
                    help="train = only train and record (used inside containers and on every Slurm node)")
 
 
-def resolve_args(args: argparse.Namespace) -> Resolved:
+def resolve_args(args: argparse.Namespace, sets: list[str] | None = None) -> Resolved:
+    """Resolve the recipe for ``args`` (``sets`` replaces ``args.overrides`` when given)."""
     if args.steps is not None and args.steps < 1:
         raise HarnessError(f"--steps must be >= 1, got {args.steps}", key_path="--steps", fix="give a positive count")
     profile = args.profile
@@ -54,7 +56,7 @@ def resolve_args(args: argparse.Namespace) -> Resolved:
         from harness.profiles import live_profile_name
 
         profile = live_profile_name()
-    return resolve(args.recipe, profile, args.scale, tuple(args.overrides))
+    return resolve(args.recipe, profile, args.scale, tuple(args.overrides if sets is None else sets))
 
 
 def preflight(res: Resolved) -> list[Any]:
@@ -92,8 +94,9 @@ def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime:
     if runtime == "local":
         from harness.runner import train
 
+        resume = list(args.overrides) if getattr(args, "resume", None) is not None else None
         train(res, run_dir, steps=args.steps, runtime=os.environ.get("HARNESS_RUNTIME", "local"),
-              progress=not args.quiet)
+              progress=not args.quiet, resume=resume)
     elif runtime == "docker":
         from harness.runtime.docker import run_in_docker
 
@@ -106,6 +109,8 @@ def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime:
             inner += ["--set", o]
         if args.quiet:
             inner.append("--quiet")
+        if getattr(args, "resume", None) is not None:
+            inner += ["--resume", "/run-dir"]
         env = {k: os.environ[k] for k in ("HARNESS_FAULT",) if k in os.environ}
         code = run_in_docker(inner, image=image or "", run_dir=run_dir.resolve(), recipes_dir=recipe_file.parent,
                              devices=res.config["trainer"]["device"],
@@ -120,20 +125,55 @@ def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime:
         launch(res, args, run_dir)
 
 
-def execute(args: argparse.Namespace) -> int:
-    res = resolve_args(args)
-    preflight(res)
+def choose_run_dir(args: argparse.Namespace, res: Resolved) -> Path:
+    """The run directory; sets ``args.resume`` when the run there is continued (``resume_mode: auto``)."""
+    from harness.checkpoint import auto_resumable
+
     if args.resume is not None:
-        run_dir = args.resume
-    else:
-        run_dir = args.out or default_run_dir(res.name, res.profile_name)
-        if (run_dir / "manifest.json").exists() and args.stage == "all":
+        return args.resume
+    run_dir = args.out or default_run_dir(res.name, res.profile_name)
+    if (run_dir / "manifest.json").exists():
+        if res.config["trainer"]["resume_mode"] == "auto" and auto_resumable(run_dir):
+            sys.stderr.write(f"notice: continuing the unfinished run in {run_dir} (trainer.resume_mode auto)\n")
+            args.resume = run_dir
+        elif args.stage == "all":
             raise HarnessError("run directory already holds a run", file=str(run_dir),
                                fix="choose another --out, or --resume it")
+    return run_dir
+
+
+def check_resume(args: argparse.Namespace, res: Resolved, run_dir: Path, runtime: str) -> None:
+    """Refuse a resume before launching anything (each rank checks again); default --steps to the original."""
+    from harness.checkpoint import plan_resume
+
+    if runtime == "docker":
+        return  # checked inside the container
+    if runtime == "torchrun":
+        from harness.runtime.rank import cpu_world
+
+        res = cpu_world(res, args.nproc_per_node or res.config["trainer"]["n_gpus_per_node"])
+    world = res.config["trainer"]["nnodes"] * res.config["trainer"]["n_gpus_per_node"] if runtime == "torchrun" else 1
+    plan = plan_resume(run_dir, res, list(args.overrides), world)
+    if args.steps is None:
+        args.steps = plan.requested
+
+
+def execute(args: argparse.Namespace) -> int:
+    from harness.checkpoint import read_manifest, resume_overrides
+
+    if args.resume is not None and args.profile is None:
+        args.profile = read_manifest(args.resume).get("profile")
+    res = resolve_args(args)
+    run_dir = choose_run_dir(args, res)
+    if args.resume is not None:  # the original run's --set overrides first, then the ones given now
+        res = resolve_args(args, resume_overrides(run_dir, args.overrides))
+    preflight(res)
     if args.stage == "train":
         runtime, image = ("torchrun", None) if args.runtime == "torchrun" else ("local", None)
     else:
         runtime, image = choose_runtime(args.runtime, res, args.image)
+    if args.resume is not None:
+        check_resume(args, res, run_dir, runtime)
     train_stage(res, args, run_dir, runtime, image)
     if args.stage == "train":
         return EXIT_OK
