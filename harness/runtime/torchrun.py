@@ -133,8 +133,11 @@ def launch(res: Resolved, args: argparse.Namespace, run_dir: Path) -> None:
         if manifest.get("status") == "interrupted":
             error = manifest.get("error") or "interrupted"
             raise HarnessError(error, exit_code=interrupt_exit_code(error))
-        if manifest.get("status") == "running":
-            manifest.update(status="failed", finished_utc=utc_now(), error=summary)
+        if manifest.get("status") in ("running", "failed"):
+            # the launcher knows which rank died; rank 0 may only have seen its collective fail
+            seen = manifest.get("error")
+            error = summary if not seen or seen == summary else f"{summary}; rank 0 saw: {seen}"
+            manifest.update(status="failed", finished_utc=manifest.get("finished_utc") or utc_now(), error=error)
             write_json_atomic(manifest_path, manifest)
     (run_dir / MARKER).write_text("this run has not finished cleanly\n", encoding="utf-8")
     raise HarnessError(f"distributed run failed: {summary}", file=str(run_dir),
