@@ -40,6 +40,7 @@ checkpoint write (data written, ``COMPLETE`` not yet) so a test can kill the run
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -195,8 +196,11 @@ def save_checkpoint(trainer: Any, run_dir: Path, step: int, *, config: dict[str,
     _dcp(dcp.save, {"model": model_sd, "optim": optim_sd}, tmp)
     extra = {"rank": dist.rank, "rng": rng_pack()}
     path = tmp / f"extra-rank{dist.rank}.pt"
-    torch.save(extra, path)
-    with open(path, "rb") as fh:
+    buf = io.BytesIO()  # serialise in memory: torch's zip writer checks file positions, which some
+    torch.save(extra, buf)  # sandboxed filesystems report wrongly ("unexpected pos" on the lent H200)
+    with open(path, "wb") as fh:
+        fh.write(buf.getvalue())
+        fh.flush()
         os.fsync(fh.fileno())
     dist.all_gather_objects(None)  # every rank's share is on disk
     if dist.rank == 0:
