@@ -1,0 +1,291 @@
+"""Baselines: the reference a run is judged against, recorded from N seeded runs.
+
+``baselines/<recipe>/<profile>-<scale>.json`` (schema ``baseline``) holds, for one recipe at one
+profile and scale:
+
+- every non-timing metric of the **primary** run (the recipe's own seed) at every step, as exact
+  JSON floats (``repr`` round trip) — the reference of the ``exact`` and ``band`` tiers;
+- the same metric for each **noise seed** (``seed + k`` via ``--set seed=...``) and the per-step
+  std across all seeds (the noise floor the ``band`` tier scales with);
+- for convergence metrics, each seed's windowed mean (the distribution the ``statistical`` tier
+  tests a run against);
+- throughput (a quantile of tokens/s over steady steps, the first ``warmup_steps`` skipped; see
+  ``DEFAULT_POLICY``) and peak memory, each with its spread across seeds;
+- the tolerance policy, which metric is gated in which tier, and a summary of the primary run's
+  manifest (software, machine, runtime, image) that decides exact-tier eligibility.
+
+Recording runs every seed to completion first and writes the file once, atomically, at the end:
+a killed ``record-baseline`` never leaves a partial baseline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import platform
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.jsonio import load_json_strict, write_json_atomic
+from harness.paths import BASELINES_DIR
+from harness.record import is_complete, read_metrics, utc_now
+from harness.schema import check
+
+# Wall-clock dependent metrics: never compared bitwise or in a band (same as harness.core.trainer).
+TIMING_PREFIXES = ("timing_s/", "perf/")
+THROUGHPUT_METRIC = "perf/throughput"
+MEMORY_METRIC = "perf/max_memory_allocated_gb"
+# Per-step extremes (order statistics of a batch) and float-noise diagnostics jump between
+# seeds and machines: gated bitwise under exact, never in a band.
+BAND_EXCLUDED_SUFFIXES = ("/max", "/min")
+BAND_EXCLUDED_PREFIXES = ("training/rollout_probs_diff",)
+# Convergence metrics of the statistical tier: name predicate -> direction of a regression.
+STATISTICAL = {"critic/score/mean": "higher-is-better"}
+VAL_REWARD_PREFIX, VAL_REWARD_SUFFIX = "val-core/", "/reward/mean"
+# Metrics whose ideal value is 0 and whose seed noise is float noise: an absolute floor instead.
+ATOL_OVERRIDES = {"critic/advantages/mean": 1e-5}
+
+DEFAULT_POLICY: dict[str, Any] = {
+    "band": {"rtol": 0.05, "atol": 1e-8, "k_noise": 3.0, "noise_window": 2, "failures_per_50_steps": 1},
+    "statistical": {"window": 10, "alpha": 0.05, "practical_floor": 0.05},
+    # quantile 0.9, not the median: on a shared machine (CI runners, the 2-core development box) other
+    # processes stretch many steps, and the median measures that contention as much as the code (two
+    # back-to-back runs of one recipe: medians 8.3k and 1.5k tok/s, 90th percentiles 11.1k and 10.6k).
+    # A slower code path slows every step, the fastest ones included, so the upper quantile still
+    # catches it; contention only ever makes steps slower, so it cannot hide one.
+    "throughput": {"metric": THROUGHPUT_METRIC, "quantile": 0.9, "warmup_steps": 2, "min_tolerance": 0.15,
+                   "max_tolerance": 0.2, "spread_factor": 3.0, "refresh_ratio": 1.5},
+    "memory": {"metric": MEMORY_METRIC, "tolerance": 0.10},
+}
+
+
+# ----------------------------------------------------------------------------- metric classes
+def is_timing(name: str) -> bool:
+    return name.startswith(TIMING_PREFIXES)
+
+
+def stat_direction(name: str) -> str | None:
+    if name in STATISTICAL:
+        return STATISTICAL[name]
+    if name.startswith(VAL_REWARD_PREFIX) and name.endswith(VAL_REWARD_SUFFIX):
+        return "higher-is-better"
+    return None
+
+
+def metric_tiers(name: str) -> list[str]:
+    """Tiers a metric is gated in: every non-timing metric is exact; most are banded too."""
+    if is_timing(name):
+        return []
+    tiers = ["exact"]
+    if not name.endswith(BAND_EXCLUDED_SUFFIXES) and not name.startswith(BAND_EXCLUDED_PREFIXES):
+        tiers.append("band")
+    if stat_direction(name):
+        tiers.append("statistical")
+    return tiers
+
+
+# ----------------------------------------------------------------------------- series helpers
+Series = dict[int, float]
+
+
+def load_series(run_dir: Path) -> dict[str, Series]:
+    """metric -> {step: value} from a run's metrics.jsonl (a torn last line is ignored)."""
+    out: dict[str, Series] = {}
+    for row in read_metrics(run_dir / "metrics.jsonl"):
+        step = int(row["step"])
+        for key, value in row.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                out.setdefault(key, {})[step] = float(value)
+    return out
+
+
+def last_step(series: dict[str, Series]) -> int:
+    return max((max(s) for s in series.values() if s), default=0)
+
+
+def effective_window(window: int, steps: int) -> int:
+    """The statistical window: the policy's W, but never more than the later half of the run."""
+    return max(1, min(window, math.ceil(steps / 2)))
+
+
+def window_mean(s: Series, end: int, window: int) -> float | None:
+    """Mean over steps in (end - window, end]; a sparse metric (validation) with no value there uses
+    its last value at or before ``end``."""
+    vals = [v for k, v in s.items() if end - window < k <= end]
+    if not vals:
+        before = [k for k in s if k <= end]
+        return s[max(before)] if before else None
+    return math.fsum(vals) / len(vals)
+
+
+def steady(s: Series, warmup: int, end: int | None = None) -> list[float]:
+    return [v for k, v in sorted(s.items()) if k > warmup and (end is None or k <= end) and math.isfinite(v)]
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default); q 0.5 is the median."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def rel_spread(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    med = statistics.median(values)
+    return statistics.stdev(values) / med if med else 0.0
+
+
+def _finite_or_none(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- files
+def default_path(recipe: str, profile: str, scale: str, base: Path | None = None) -> Path:
+    return (base or BASELINES_DIR) / recipe / f"{profile}-{scale}.json"
+
+
+def load_baseline(path: Path) -> dict[str, Any]:
+    data = load_json_strict(path)
+    check(data, "baseline", str(path))
+    return data
+
+
+def environment_summary(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a run manifest that decide whether a later run can be compared bitwise."""
+    sw, mach, rt = manifest["software"], manifest["machine"], manifest["runtime"]
+    arch = mach["device_model"] if mach["device_type"] == "cpu" else platform.machine() or "unknown"
+    return {
+        "deterministic": manifest["deterministic"],
+        "software": {k: sw.get(k) for k in ("python", "torch", "transformers", "tokenizers", "numpy", "cuda",
+                                            "torch_npu", "threads")},
+        "machine": {"arch": arch, "device_type": mach["device_type"], "device_model": mach["device_model"],
+                    "device_count": mach["device_count"]},
+        "runtime": {"kind": rt["kind"], "world_size": rt["world_size"], "image_id": rt["image_id"],
+                    "lock_sha256": rt["lock_sha256"]},
+        "harness": dict(manifest["harness"]),
+    }
+
+
+# ----------------------------------------------------------------------------- building
+def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A baseline document from finished runs of one recipe/profile/scale (primary seed first)."""
+    policy = policy or DEFAULT_POLICY
+    manifests = [load_json_strict(d / "manifest.json") for d in run_dirs]
+    for d, m in zip(run_dirs, manifests):
+        check(m, "manifest", str(d / "manifest.json"))
+        if not is_complete(d):
+            raise HarnessError("run did not complete; a baseline needs finished runs", file=str(d),
+                               fix="re-run record-baseline")
+    prim = manifests[0]
+    for d, m in zip(run_dirs[1:], manifests[1:]):
+        same = (m["recipe"]["hash"], m["profile"], m["scale"], m["steps"]["completed"])
+        if same != (prim["recipe"]["hash"], prim["profile"], prim["scale"], prim["steps"]["completed"]):
+            raise HarnessError("noise-seed run differs from the primary run in recipe, profile, scale or steps",
+                               file=str(d), fix="record all seeds with the same command")
+    if prim["overrides"]:
+        raise HarnessError("the primary run has overrides; a baseline is recorded for the recipe as published",
+                           file=str(run_dirs[0]), fix="record without --set")
+    if any(m["fault_injection"] for m in manifests):
+        raise HarnessError("a run was recorded with HARNESS_FAULT set; refusing to use it as a baseline",
+                           key_path="HARNESS_FAULT", fix="unset HARNESS_FAULT and record again")
+    all_series = [load_series(d) for d in run_dirs]
+    steps = prim["steps"]["completed"]
+    metrics: dict[str, Any] = {}
+    stat_w = effective_window(policy["statistical"]["window"], steps)
+    for name in sorted(all_series[0]):
+        tiers = metric_tiers(name)
+        if not tiers:
+            continue
+        ref = all_series[0][name]
+        ks = sorted(ref)
+        for k in ks:
+            if not math.isfinite(ref[k]):
+                raise HarnessError(f"the primary run has a non-finite {name} at step {k}", file=str(run_dirs[0]),
+                                   fix="a baseline must come from a healthy run; fix the recipe first")
+        noise = [[_finite_or_none(s.get(name, {}).get(k)) for k in ks] for s in all_series[1:]]
+        std = []
+        for i, k in enumerate(ks):
+            vals = [ref[k]] + [row[i] for row in noise if row[i] is not None]
+            std.append(statistics.stdev(vals) if len(vals) > 1 else 0.0)
+        entry: dict[str, Any] = {"tiers": tiers, "steps": ks, "values": [ref[k] for k in ks],
+                                 "noise_values": noise, "noise_std": std}
+        if name in ATOL_OVERRIDES:
+            entry["atol"] = ATOL_OVERRIDES[name]
+        direction = stat_direction(name)
+        if direction:
+            entry["direction"] = direction
+            means = [window_mean(s.get(name, {}), steps, stat_w) for s in all_series]
+            entry["seed_window_means"] = [m for m in means if m is not None]
+        metrics[name] = entry
+    tp, mem = policy["throughput"], policy["memory"]
+    tp_seeds = [steady(s.get(tp["metric"], {}), tp["warmup_steps"]) for s in all_series]
+    if not any(tp_seeds):
+        raise HarnessError(f"no steady steps to measure throughput (runs of {steps} steps, the first "
+                           f"{tp['warmup_steps']} are warm-up)", key_path="--steps", fix="record more steps")
+    tp_meds = [quantile(v, tp["quantile"]) for v in tp_seeds if v]
+    mem_peaks = [max(s[mem["metric"]].values()) for s in all_series if s.get(mem["metric"])]
+    res_cfg = prim["resolved_config"]
+    return {
+        "schema_version": 1,
+        "recipe": {"name": prim["recipe"]["name"], "hash": prim["recipe"]["hash"],
+                   "config_hash": prim["recipe"]["config_hash"]},
+        "profile": prim["profile"], "scale": prim["scale"],
+        "architecture": res_cfg["model"]["architecture"],
+        "steps": steps, "created_utc": utc_now(), "command": command,
+        "primary_seed": prim["seed"], "noise_seeds": [m["seed"] for m in manifests[1:]],
+        "environment": environment_summary(prim),
+        "policy": policy,
+        "metrics": metrics,
+        "throughput": {"value": quantile([v for vals in tp_seeds for v in vals], tp["quantile"]),
+                       "seed_values": tp_meds, "relative_spread": rel_spread(tp_meds)},
+        "memory": {"value": statistics.median(mem_peaks) if mem_peaks else 0.0, "seed_values": mem_peaks,
+                   "relative_spread": rel_spread(mem_peaks)},
+        "runs": [{"seed": m["seed"], "run_dir": str(d), "metrics_sha256": file_sha256(d / "metrics.jsonl")}
+                 for d, m in zip(run_dirs, manifests)],
+    }
+
+
+def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | None, out: Path, runs_dir: Path,
+           command: str, progress: bool = True, force: bool = False,
+           log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run ``seeds`` seeded runs in this process, then write the baseline to ``out`` (atomically)."""
+    import os
+
+    from harness.recipe import resolve
+    from harness.runner import train
+
+    if os.environ.get("HARNESS_FAULT"):
+        raise HarnessError("HARNESS_FAULT is set; a baseline must not be recorded with a fault injected",
+                           key_path="HARNESS_FAULT", fix="unset HARNESS_FAULT")
+    if seeds < 1:
+        raise HarnessError(f"--seeds must be >= 1, got {seeds}", key_path="--seeds", fix="give e.g. --seeds 3")
+    if out.exists() and not force:
+        raise HarnessError("a baseline already exists", file=str(out),
+                           fix="pass --force to replace it (review the diff before committing)")
+    primary = resolve(recipe, profile, scale)
+    base_seed = int(primary.config["seed"])
+    dirs: list[Path] = []
+    for k in range(seeds):
+        res = primary if k == 0 else resolve(recipe, profile, scale, [f"seed={base_seed + k}"])
+        run_dir = runs_dir / f"seed-{base_seed + k}"
+        if (run_dir / "manifest.json").exists():
+            raise HarnessError("run directory already holds a run", file=str(run_dir), fix="choose another --runs-dir")
+        log(f"record-baseline: seed {base_seed + k} ({k + 1}/{seeds}) -> {run_dir}")
+        train(res, run_dir, steps=steps, runtime=os.environ.get("HARNESS_RUNTIME", "local"), progress=progress)
+        dirs.append(run_dir)
+    doc = build_baseline(dirs, command=command)
+    check(doc, "baseline", str(out))
+    if out.exists() and not force:
+        raise HarnessError("a baseline appeared while recording", file=str(out), fix="pass --force to replace it")
+    write_json_atomic(out, doc)
+    return doc

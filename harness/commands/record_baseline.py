@@ -1,0 +1,62 @@
+"""``harness record-baseline RECIPE --profile P --seeds N``: record the reference a recipe is judged against.
+
+Runs N seeded runs in this process (the recipe's seed, then ``seed + k`` via ``--set seed=...``)
+under ``runs/baseline-<recipe>-<profile>-<scale>-<time>/seed-<s>/`` and writes
+``baselines/<recipe>/<profile>-<scale>.json`` once, atomically, when all of them finished: a
+killed recording never leaves a partial baseline. An existing baseline is only replaced with
+``--force``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from harness.errors import EXIT_OK, HarnessError
+from harness.recipe import SCALES_DEFAULT
+
+HELP = "Record a baseline from N seeded runs (noise floor, throughput, memory, tolerance policy)."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipe", metavar="RECIPE", help="recipe name or path")
+    p.add_argument("--profile", help="hardware profile (default: the one matching this machine)")
+    p.add_argument("--scale", default=SCALES_DEFAULT, help="recipe scale (default: smoke)")
+    p.add_argument("--seeds", type=int, default=3, help="seeded runs: the recipe's seed plus N-1 more (default: 3)")
+    p.add_argument("--steps", type=int, help="GRPO steps per run (default: the recipe's total)")
+    p.add_argument("--force", action="store_true", help="replace an existing baseline")
+    p.add_argument("--out", type=Path, help="baseline file (default: baselines/<recipe>/<profile>-<scale>.json)")
+    p.add_argument("--runs-dir", type=Path, help="where the seeded runs go (default: runs/baseline-...)")
+    p.add_argument("--quiet", action="store_true", help="no per-step progress")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from harness.baseline import default_path, record
+    from harness.commands.run import preflight
+    from harness.recipe import resolve
+    from harness.record import default_run_dir
+
+    if args.steps is not None and args.steps < 1:
+        raise HarnessError(f"--steps must be >= 1, got {args.steps}", key_path="--steps", fix="give a positive count")
+    profile = args.profile
+    if profile is None:
+        from harness.profiles import live_profile_name
+
+        profile = live_profile_name()
+    res = resolve(args.recipe, profile, args.scale)
+    preflight(res)
+    out = args.out or default_path(res.name, profile, args.scale)
+    runs_dir = args.runs_dir or default_run_dir(f"baseline-{res.name}", f"{profile}-{args.scale}")
+    command = "harness record-baseline " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index(
+        "record-baseline") + 1:]) if "record-baseline" in sys.argv else \
+        f"harness record-baseline {res.name} --profile {profile} --scale {args.scale} --seeds {args.seeds}"
+    doc = record(args.recipe, profile, args.scale, seeds=args.seeds, steps=args.steps, out=out, runs_dir=runs_dir,
+                 command=command, progress=not args.quiet, force=args.force,
+                 log=lambda s: print(s, file=sys.stderr, flush=True))
+    score = doc["metrics"].get("critic/score/mean", {}).get("values", [None])[-1]
+    print(f"wrote {out}: {doc['steps']} steps x {1 + len(doc['noise_seeds'])} seeds; final reward "
+          f"{score if score is None else round(score, 4)}; throughput {doc['throughput']['value']:,.0f} tok/s "
+          f"(spread {doc['throughput']['relative_spread'] * 100:.1f}%); peak memory {doc['memory']['value']:.3f} GB")
+    return EXIT_OK

@@ -1,0 +1,281 @@
+"""``report.html`` for a run (and for a gate): curves against the baseline band, the verdict, the manifest.
+
+Written next to the run's files and self-contained: inline CSS, no scripts, PNG curves
+(matplotlib, Agg backend) referenced by relative path, so the directory can be zipped, uploaded as
+a CI artefact or opened from disk. Each curve shows the run (bold), the baseline's primary seed
+(dashed), the band the ``band`` tier allows (``ref ± max(atol, rtol*|ref|, k*noise)``, shaded) and
+the baseline's noise seeds (thin lines).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from harness.baseline import load_series
+from harness.jsonio import load_json_strict, write_text_atomic
+
+CURVES = [  # (file stem, title, metrics: first is the main one)
+    ("reward", "Reward (train score / validation)", ["critic/score/mean", "val-core/*"]),
+    ("loss", "Policy loss", ["actor/pg_loss"]),
+    ("kl", "KL to reference", ["actor/kl_loss"]),
+    ("entropy", "Entropy", ["actor/entropy"]),
+    ("grad-norm", "Gradient norm", ["actor/grad_norm"]),
+    ("throughput", "Throughput (tokens/s)", ["perf/throughput"]),
+]
+GROUPS = ("exact", "band", "statistical", "throughput", "memory")
+COLOURS = ["#1f4e9c", "#2a9d8f", "#e76f51", "#6a4c93"]
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1180px;color:#1d2330;
+padding:0 16px}
+h1{font-size:22px;margin:0 0 4px}
+h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d8dde6;padding-bottom:4px}
+.status{display:inline-block;padding:3px 10px;border-radius:4px;font-weight:700;color:#fff;margin-right:8px;
+white-space:nowrap} .pass{background:#2b8a3e} .fail,.error{background:#c92a2a} .refused{background:#e67700}
+.no-baseline{background:#5c677d}
+.line{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px;background:#f4f6fa;padding:8px 10px;
+border-radius:4px;margin:10px 0;white-space:pre-wrap;word-break:break-word}
+table{border-collapse:collapse;width:100%;font-size:13px} th,td{border-bottom:1px solid #e3e7ee;padding:4px 6px;
+text-align:left;vertical-align:top} th{background:#f4f6fa;position:sticky;top:0}
+td.num{font-family:ui-monospace,Menlo,Consolas,monospace;text-align:right;white-space:nowrap}
+tr.bad td{background:#fff0f0} .ok{color:#2b8a3e;font-weight:700} .no{color:#c92a2a;font-weight:700}
+.grid{display:grid;grid-template-columns:repeat(2,1fr);gap:12px} .grid img{width:100%;border:1px solid #e3e7ee}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;font-size:13px;margin:8px 0}
+dt{color:#5c677d} dd{margin:0} ul{margin:6px 0;padding-left:20px;font-size:13px}
+details{margin:8px 0} summary{cursor:pointer;font-weight:600}
+pre{font-size:12px;background:#f4f6fa;padding:10px;overflow:auto;max-height:600px}
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _num(x: Any) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return repr(x)
+        return f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:.6g}"
+    return _e(x)
+
+
+def _page(title: str, body: str) -> str:
+    return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
+            f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><style>{CSS}</style></head>"
+            f"<body>\n{body}\n</body></html>\n")
+
+
+# ----------------------------------------------------------------------------- curves
+def _expand(pattern: str, names: list[str]) -> list[str]:
+    if pattern.endswith("*"):
+        return sorted(n for n in names if n.startswith(pattern[:-1]))
+    return [pattern] if pattern in names else []
+
+
+def _band(spec: dict[str, Any], policy: dict[str, Any]) -> list[float]:
+    pol = policy["band"]
+    stds, w = spec["noise_std"], pol["noise_window"]
+    out = []
+    for i, v in enumerate(spec["values"]):
+        noise = max(stds[max(0, i - w): i + w + 1], default=0.0)
+        out.append(max(spec.get("atol", pol["atol"]), spec.get("rtol", pol["rtol"]) * abs(v), pol["k_noise"] * noise))
+    return out
+
+
+def plot_curves(out_dir: Path, run: dict[str, dict[int, float]], baseline: dict[str, Any] | None,
+                upto: int | None = None) -> list[tuple[str, str]]:
+    """Write ``curves-<stem>.png`` files; returns (file name, title) for those written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    base_metrics = (baseline or {}).get("metrics", {})
+    names = sorted(set(run) | set(base_metrics))
+    written = []
+    for stem, title, patterns in CURVES:
+        metrics = [m for p in patterns for m in _expand(p, names)]
+        if not metrics:
+            continue
+        fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+        for i, name in enumerate(metrics):
+            colour = COLOURS[i % len(COLOURS)]
+            label = name.replace("val-core/", "val ").replace("/reward/mean", "")
+            spec = base_metrics.get(name)
+            if spec:
+                keep = [i for i, k in enumerate(spec["steps"]) if upto is None or k <= upto]
+                ks = [spec["steps"][i] for i in keep]
+                for row in spec["noise_values"]:
+                    pts = [(spec["steps"][i], row[i]) for i in keep if row[i] is not None]
+                    if pts:
+                        ax.plot(*zip(*pts), color=colour, lw=0.6, alpha=0.45)
+                ref = [spec["values"][i] for i in keep]
+                if baseline and "band" in spec["tiers"]:
+                    tol = _band(spec, baseline["policy"])
+                    ax.fill_between(ks, [ref[j] - tol[i] for j, i in enumerate(keep)],
+                                    [ref[j] + tol[i] for j, i in enumerate(keep)], color=colour, alpha=0.13, lw=0)
+                ax.plot(ks, ref, color=colour, lw=1.2, ls="--", alpha=0.9, marker="o" if len(ks) < 8 else None, ms=3)
+            series = run.get(name, {})
+            if series:
+                ks = sorted(series)
+                ax.plot(ks, [series[k] for k in ks], color=colour, lw=2.0, label=f"{label} (run)",
+                        marker="o" if len(ks) < 8 else None, ms=4)
+            elif spec:
+                ax.plot([], [], color=colour, lw=2.0, label=f"{label} (not in run)")
+        if stem == "throughput" and baseline and baseline.get("throughput"):
+            pol, ref = baseline["policy"]["throughput"], baseline["throughput"]
+            tol = min(pol["max_tolerance"], max(pol["min_tolerance"], pol["spread_factor"] * ref["relative_spread"]))
+            q = pol.get("quantile", 0.5)
+            ax.axhline(ref["value"], color="#444", lw=1.2, ls="--",
+                       label=f"baseline {'median' if q == 0.5 else f'p{q * 100:.0f}'} {ref['value']:,.0f}")
+            ax.axhline(ref["value"] * (1 - tol), color="#c92a2a", lw=1.0, ls=":",
+                       label=f"floor -{tol * 100:.0f}%")
+            ax.axvspan(0.5, pol["warmup_steps"] + 0.5, color="#888", alpha=0.1, lw=0, label="warm-up (skipped)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(title, fontsize=11)
+        ax.set_xlabel("step", fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.25)
+        handles, labels = ax.get_legend_handles_labels()
+        if any(m in base_metrics for m in metrics):
+            from matplotlib.lines import Line2D
+            from matplotlib.patches import Patch
+
+            handles += [Line2D([], [], color="#444", ls="--", lw=1.2), Patch(color="#444", alpha=0.15),
+                        Line2D([], [], color="#444", lw=0.6, alpha=0.6)]
+            labels += ["baseline (primary seed)", "band", "noise seeds"]
+        ax.legend(handles, labels, fontsize=7, loc="best", framealpha=0.8)
+        fig.tight_layout()
+        fname = f"curves-{stem}.png"
+        fig.savefig(out_dir / fname)
+        plt.close(fig)
+        written.append((fname, title))
+    return written
+
+
+# ----------------------------------------------------------------------------- run report
+def _verdict_dict(verdict: Any) -> dict[str, Any]:
+    return verdict if isinstance(verdict, dict) else verdict.to_dict()
+
+
+def _checks_table(checks: list[dict[str, Any]]) -> str:
+    if not checks:
+        return "<p>No checks ran.</p>"
+    order = {g: i for i, g in enumerate(("exact", "band", "statistical", "throughput", "memory"))}
+    rows = sorted(checks, key=lambda c: (c["passed"], order.get(c["group"], 9), c["metric"]))
+    out = ["<table><thead><tr><th>group</th><th>metric</th><th>step</th><th>run</th><th>ref</th><th>tolerance</th>"
+           "<th>result</th><th>detail</th></tr></thead><tbody>"]
+    for c in rows:
+        cls = "" if c["passed"] else " class=\"bad\""
+        res = "<span class=\"ok\">pass</span>" if c["passed"] else "<span class=\"no\">FAIL</span>"
+        out.append(f"<tr{cls}><td>{_e(c['group'])}</td><td>{_e(c['metric'])}</td><td class=\"num\">"
+                   f"{_num(c['step'])}</td><td class=\"num\">{_num(c['run_value'])}</td><td class=\"num\">"
+                   f"{_num(c['ref_value'])}</td><td class=\"num\">{_num(c['tolerance'])}</td><td>{res}</td>"
+                   f"<td>{_e(c['detail'])}</td></tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _list(title: str, items: list[str]) -> str:
+    if not items:
+        return ""
+    return f"<p><b>{_e(title)}</b></p><ul>" + "".join(f"<li>{_e(i)}</li>" for i in items) + "</ul>"
+
+
+def _load_baseline_quiet(v: dict[str, Any]) -> dict[str, Any] | None:
+    path = (v.get("baseline") or {}).get("path")
+    if not path or not Path(path).is_file():
+        return None
+    try:
+        return load_json_strict(path)
+    except Exception:  # noqa: BLE001 - the report still renders without the baseline's curves
+        return None
+
+
+def render_run_report(run_dir: Path, verdict: Any) -> str:
+    run_dir = Path(run_dir)
+    v = _verdict_dict(verdict)
+    manifest: Any = None
+    if (run_dir / "manifest.json").is_file():
+        try:
+            manifest = load_json_strict(run_dir / "manifest.json")
+        except Exception as err:  # noqa: BLE001 - shown instead of the manifest
+            manifest = {"unreadable": str(err)}
+    # a refused comparison shows the run alone: the baseline's band would suggest a comparison that was not made
+    baseline = _load_baseline_quiet(v) if v["status"] in ("pass", "fail") else None
+    run = load_series(run_dir)
+    curves = plot_curves(run_dir, run, baseline, (v.get("baseline") or {}).get("steps_compared"))
+    r, b = v["run"], v.get("baseline") or {}
+    facts = [("recipe", r.get("recipe")), ("profile : scale", f"{r.get('profile')} : {r.get('scale')}"),
+             ("seed", r.get("seed")), ("run status", r.get("status")), ("steps", r.get("steps_completed")),
+             ("tier", f"{v.get('tier') or '—'}  ({v.get('tier_reason') or 'n/a'})"),
+             ("tiers applied", ", ".join(v.get("tiers_applied") or []) or "—"),
+             ("baseline", f"{b.get('path', '—')}  (seeds {b.get('primary_seed', '—')} + "
+                          f"{b.get('noise_seeds', [])}, {b.get('steps', '—')} steps)" if b else "none"),
+             ("overrides", ", ".join(f"{o['key']}={o['value']}" for o in v.get("overrides") or []) or "none"),
+             ("fault injection", json.dumps(v.get("fault_injection")) if v.get("fault_injection") else "none"),
+             ("judged", v.get("created_utc"))]
+    counts = v.get("counts") or {}
+    body = [f"<h1>{_e(r.get('recipe') or 'run')} — {_e(r.get('profile'))}:{_e(r.get('scale'))}</h1>",
+            f"<div><span class=\"status {_e(v['status'])}\">{_e(v['status'].upper())}</span>"
+            + " · ".join(f"{_e(g)} {c['checks'] - c['failed']}/{c['checks']}" for g, c in counts.items())
+            + "</div>",
+            f"<div class=\"line\">{_e(v.get('summary_line', ''))}</div>",
+            "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(val)}</dd>" for k, val in facts) + "</dl>",
+            _list("Why", v.get("reasons") or []), _list("Notices", v.get("notices") or [])]
+    if curves:
+        body.append("<h2>Curves</h2><p style=\"font-size:13px\">Bold: this run. Dashed: baseline primary seed. "
+                    "Shaded: the band the band tier allows. Thin: baseline noise seeds.</p><div class=\"grid\">"
+                    + "".join(f"<figure style=\"margin:0\"><img src=\"{_e(f)}\" alt=\"{_e(t)}\"></figure>"
+                              for f, t in curves) + "</div>")
+    body.append(f"<h2>Checks</h2>{_checks_table(v.get('checks') or [])}")
+    if manifest is not None:
+        body.append("<h2>Manifest</h2><details><summary>manifest.json</summary><pre>"
+                    f"{_e(json.dumps(manifest, indent=2))}</pre></details>")
+    return _page(f"{r.get('recipe')} {v['status']}", "\n".join(body))
+
+
+def write_run_report(run_dir: Path, verdict: Any) -> Path:
+    path = Path(run_dir) / "report.html"
+    write_text_atomic(path, render_run_report(Path(run_dir), verdict))
+    return path
+
+
+# ----------------------------------------------------------------------------- gate report
+def write_gate_report(out_dir: Path, results: list[dict[str, Any]]) -> Path:
+    """``results``: one dict per recipe with recipe, status, summary_line, run_dir (may be None), checks."""
+    out_dir = Path(out_dir)
+    rows = []
+    for res in results:
+        link = ""
+        if res.get("run_dir") and (Path(res["run_dir"]) / "report.html").is_file():
+            rel = Path(res["run_dir"]).resolve().relative_to(out_dir.resolve()) \
+                if Path(res["run_dir"]).resolve().is_relative_to(out_dir.resolve()) else Path(res["run_dir"]).resolve()
+            link = f"<a href=\"{_e((rel / 'report.html').as_posix())}\">report</a>"
+        cls = "" if res["status"] == "pass" else ' class="bad"'
+        cells = []
+        for g in GROUPS:
+            c = (res.get("counts") or {}).get(g)
+            cells.append("<td class=\"num\">—</td>" if not c else
+                         f"<td class=\"num\"><span class=\"{'ok' if not c['failed'] else 'no'}\">"
+                         f"{c['checks'] - c['failed']}/{c['checks']}</span></td>")
+        rows.append(f"<tr{cls}><td>{_e(res['recipe'])}</td>"
+                    f"<td><span class=\"status {_e(res['status'])}\">{_e(res['status'].upper())}</span></td>"
+                    f"<td>{_e(res.get('tier') or '—')}</td>{''.join(cells)}"
+                    f"<td>{_e(res.get('summary_line', ''))}</td><td>{link}</td></tr>")
+    ok = all(r["status"] == "pass" for r in results)
+    body = (f"<h1>Gate</h1><div><span class=\"status {'pass' if ok else 'fail'}\">{'PASS' if ok else 'FAIL'}</span>"
+            f"{sum(r['status'] == 'pass' for r in results)}/{len(results)} recipes pass</div><h2>Recipes</h2>"
+            "<table><thead><tr><th>recipe</th><th>status</th><th>tier</th>"
+            + "".join(f"<th>{g}</th>" for g in GROUPS) + "<th>summary</th><th></th></tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table>")
+    path = out_dir / "report.html"
+    write_text_atomic(path, _page("gate", body))
+    return path

@@ -1,0 +1,305 @@
+"""Baselines and verdicts end to end on the CPU smoke recipe: the gate must catch real regressions.
+
+Budget: one baseline of 3 seeds x STEPS steps is recorded per session (in a temporary directory,
+with the real ``record-baseline`` command), then one gate run (seed 42, must pass at the exact
+tier and be bitwise identical to the baseline's primary run) and four mutation runs (lr x 100,
+KL coefficient 0, flipped advantage sign, 30 % slowdown): 8 runs of STEPS steps, plus two runs
+killed early. STEPS is smaller than the recipe's 40; the baseline is recorded for that many
+steps, so every comparison covers the same steps. A different seed under ``exact``, refusals and
+schema failures re-judge existing runs (no training).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.baseline import load_baseline
+from harness.jsonio import load_json_strict, write_json_atomic
+from harness.schema import schema_errors
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "baselines"
+RECIPE = "qwen3_vl_30b"
+STEPS = 12
+SEEDS = 3
+NON_NUMERIC = ("timing_s/", "perf/")
+
+
+@pytest.fixture(scope="session")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("baselines")
+
+
+def harness(work: Path, *args: str, fault: str | None = None, timeout: int = 7200,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_FAULT", "GITHUB_STEP_SUMMARY")}
+    env.update(PYTHONPATH=str(ROOT), **(extra_env or {}))  # the warm-start cache is keyed by its inputs: shared
+    if fault:
+        env["HARNESS_FAULT"] = fault
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=work)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): sha(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="session")
+def recorded(work: Path) -> dict[str, Path]:
+    out = work / "baselines" / RECIPE / "cpu-smoke.json"
+    t0 = time.monotonic()
+    proc = harness(work, "record-baseline", RECIPE, "--profile", "cpu", "--seeds", str(SEEDS), "--steps", str(STEPS),
+                   "--out", str(out), "--runs-dir", str(work / "rb"), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(f"record-baseline {SEEDS} seeds x {STEPS} steps: {time.monotonic() - t0:.0f} s")
+    return {"baseline": out, "baselines": work / "baselines", "runs": work / "rb"}
+
+
+_RUNS: dict[str, tuple[subprocess.CompletedProcess[str], Path]] = {}
+
+
+def judged_run(work: Path, recorded: dict[str, Path], name: str, *sets: str,
+               fault: str | None = None) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """A full `harness run` judged against the session baseline (each distinct run made once)."""
+    if name not in _RUNS:
+        run_dir = work / "runs" / name
+        args = ["run", RECIPE, "--profile", "cpu", "--steps", str(STEPS), "--out", str(run_dir), "--runtime", "local",
+                "--baseline", str(recorded["baseline"]), "--quiet"]
+        for s in sets:
+            args += ["--set", s]
+        _RUNS[name] = (harness(work, *args, fault=fault), run_dir)
+    proc, run_dir = _RUNS[name]
+    verdict = load_json_strict(run_dir / "verdict.json")
+    assert schema_errors(verdict, "verdict") == []
+    return proc, verdict
+
+
+def merge(doc: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(doc.get(key), dict):
+            merge(doc[key], value)
+        else:
+            doc[key] = value
+
+
+def failed(verdict: dict[str, Any], group: str) -> set[str]:
+    return {c["metric"] for c in verdict["checks"] if c["group"] == group and not c["passed"]}
+
+
+# ----------------------------------------------------------------------------- the baseline itself
+def test_recorded_baseline(work: Path, recorded: dict[str, Path]) -> None:
+    doc = load_baseline(recorded["baseline"])
+    assert doc["primary_seed"] == 42 and doc["noise_seeds"] == [43, 44] and doc["steps"] == STEPS
+    rows = [json.loads(line) for line in (recorded["runs"] / "seed-42" / "metrics.jsonl").read_text().splitlines()]
+    series = doc["metrics"]["critic/score/mean"]
+    assert series["values"] == [r["critic/score/mean"] for r in rows if "critic/score/mean" in r]
+    assert len(series["noise_values"]) == 2 and len(series["seed_window_means"]) == 3
+    assert not any(k.startswith(NON_NUMERIC) for k in doc["metrics"])
+    assert doc["throughput"]["value"] > 0 and doc["memory"]["value"] > 0
+    # an existing baseline is never replaced without --force (refused before anything runs)
+    before = sha(recorded["baseline"])
+    proc = harness(work, "record-baseline", RECIPE, "--profile", "cpu", "--seeds", "1", "--out",
+                   str(recorded["baseline"]))
+    assert proc.returncode == 2 and "--force" in proc.stderr
+    assert sha(recorded["baseline"]) == before
+
+
+# ----------------------------------------------------------------------------- the gate and determinism
+@pytest.fixture(scope="session")
+def gate(work: Path, recorded: dict[str, Path]) -> dict[str, Any]:
+    out = work / "gate"
+    step_summary = work / "step-summary.md"
+    step_summary.write_text("previous step\n")
+    proc = harness(work, "gate", "--profile", "cpu", "--recipes", RECIPE, "--steps", str(STEPS), "--out", str(out),
+                   "--baselines", str(recorded["baselines"]), "--junit", str(work / "junit.xml"), "--summary",
+                   str(work / "summary.md"), extra_env={"GITHUB_STEP_SUMMARY": str(step_summary)})
+    return {"proc": proc, "out": out, "step_summary": step_summary}
+
+
+def test_gate_passes_unchanged_recipe_at_exact_tier(work: Path, gate: dict[str, Any]) -> None:
+    assert gate["proc"].returncode == 0, gate["proc"].stdout[-3000:] + gate["proc"].stderr[-3000:]
+    verdict = load_json_strict(gate["out"] / RECIPE / "verdict.json")
+    assert verdict["status"] == "pass" and verdict["tier"] == "exact"
+    assert verdict["tiers_applied"] == ["exact", "band", "statistical"]
+    assert verdict["summary_line"].startswith(f"PASS {RECIPE} cpu:smoke tier=exact ")
+    suite = ET.parse(work / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "0"
+    names = {tc.get("name") for tc in suite.iter("testcase")}
+    assert {"exact", "band", "statistical", "throughput", "memory", "ckpt-resume"} <= names  # N vs N/2 + resume
+    summary = (work / "summary.md").read_text()
+    assert "| recipe | status | tier |" in summary and f"| {RECIPE} | ✅ pass | exact |" in summary
+    assert gate["step_summary"].read_text() == "previous step\n" + summary
+    report = (gate["out"] / RECIPE / "report.html").read_text()
+    for img in ("curves-reward.png", "curves-kl.png", "curves-loss.png", "curves-entropy.png", "curves-grad-norm.png"):
+        assert f'src="{img}"' in report and (gate["out"] / RECIPE / img).is_file()
+    assert (gate["out"] / "report.html").is_file()
+
+
+def test_same_recipe_twice_is_bitwise_identical(recorded: dict[str, Path], gate: dict[str, Any]) -> None:
+    """The gate's run (a fresh process) and the baseline's primary run (recorded in-process) agree bit for bit."""
+    def rows(d: Path) -> list[dict[str, Any]]:
+        return [{k: v for k, v in json.loads(line).items() if not k.startswith(NON_NUMERIC)}
+                for line in (d / "metrics.jsonl").read_text().splitlines()]
+
+    a, b = rows(recorded["runs"] / "seed-42"), rows(gate["out"] / RECIPE)
+    assert len(a) == STEPS + 1 and json.dumps(a) == json.dumps(b)
+
+
+def test_gate_without_baseline_fails_with_junit_failure(work: Path) -> None:
+    out = work / "gate-missing"
+    proc = harness(work, "gate", "--profile", "cpu", "--recipes", RECIPE, "--out", str(out), "--baselines",
+                   str(work / "no-baselines"), "--junit", str(out / "junit.xml"), "--summary", str(out / "s.md"))
+    assert proc.returncode == 1
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "1"
+    failure = suite.find("testcase/failure")
+    assert failure is not None and "record-baseline" in failure.get("message", "")
+    assert "no-baseline" in (out / "s.md").read_text()
+
+
+# ----------------------------------------------------------------------------- mutations must fail
+def test_learning_rate_x100_fails(work: Path, recorded: dict[str, Path]) -> None:
+    proc, v = judged_run(work, recorded, "lr-x100", "actor_rollout_ref.actor.optim.lr=0.1")
+    assert proc.returncode == 1 and v["status"] == "fail", proc.stdout + proc.stderr
+    assert v["tier"] == "exact" and "actor_rollout_ref.actor.optim.lr=0.1" in v["tier_reason"]
+    assert v["overrides"] == [{"key": "actor_rollout_ref.actor.optim.lr", "value": 0.1}]
+    assert "actor/lr" in failed(v, "exact") and "actor/lr" in failed(v, "band")
+    assert failed(v, "band") - {"actor/lr"}, "the training curves themselves must leave the band"
+
+
+def test_kl_coefficient_zero_fails(work: Path, recorded: dict[str, Path]) -> None:
+    assert load_baseline(recorded["baseline"])["metrics"]["actor/kl_loss"]["values"][0] >= 0
+    proc, v = judged_run(work, recorded, "kl0", "actor_rollout_ref.actor.kl_loss_coef=0")
+    assert proc.returncode == 1 and v["status"] == "fail", proc.stdout + proc.stderr
+    # same seed and environment: judged bitwise; the first mismatch is within the first steps
+    assert v["tier"] == "exact" and "kl_loss_coef=0" in v["tier_reason"]
+    bad = [c for c in v["checks"] if c["group"] == "exact" and not c["passed"]]
+    assert bad and min(c["step"] for c in bad) <= 2
+    assert any("kl_loss_coef=0" in r for r in v["reasons"])
+
+
+def test_flipped_advantage_sign_fails(work: Path, recorded: dict[str, Path]) -> None:
+    proc, v = judged_run(work, recorded, "flip", fault="flip-advantage")
+    assert proc.returncode == 1 and v["status"] == "fail"
+    assert v["fault_injection"] == {"flip-advantage": True}
+    assert any("fault injected" in n for n in v["notices"])
+    assert v["tier"] == "exact" and failed(v, "exact")
+    assert "critic/score/mean" in failed(v, "statistical"), "the reward must collapse, not merely differ"
+
+
+def test_slowdown_fails_throughput_only(work: Path, recorded: dict[str, Path]) -> None:
+    proc, v = judged_run(work, recorded, "slow", fault="slowdown:0.3")
+    assert proc.returncode == 1 and v["status"] == "fail"
+    assert failed(v, "throughput") == {"perf/throughput"}
+    assert v["tier"] == "exact" and not failed(v, "exact") and not failed(v, "band")
+
+
+def test_different_seed_fails_under_exact(work: Path, recorded: dict[str, Path]) -> None:
+    seed_run = recorded["runs"] / "seed-43"  # a --set seed=43 run (one of the baseline's noise seeds)
+    proc = harness(work, "compare", str(seed_run), "--baseline", str(recorded["baseline"]), "--tier", "exact")
+    v = load_json_strict(seed_run / "verdict.json")
+    assert proc.returncode == 1 and v["status"] == "fail" and v["tier"] == "exact" and v["forced_tier"] == "exact"
+    assert failed(v, "exact") and any("seed 43" in r for r in v["reasons"])
+    # the same run under the default choice: not exact-eligible (seed override), judged in the band
+    proc = harness(work, "compare", str(seed_run), "--baseline", str(recorded["baseline"]))
+    v = load_json_strict(seed_run / "verdict.json")
+    assert v["tier"] == "band" and "seed 43" in v["tier_reason"]
+
+
+# ----------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize("fixture,reason", [("other_architecture.json", "architecture"),
+                                            ("other_scale.json", "scale"), ("other_profile.json", "profile"),
+                                            ("other_recipe.json", "recipe hash")])
+def test_mismatched_baseline_is_refused(work: Path, recorded: dict[str, Path], gate: dict[str, Any], fixture: str,
+                                        reason: str) -> None:
+    doc = load_baseline(recorded["baseline"])
+    patch = load_json_strict(FIXTURES / fixture)
+    merge(doc, {k: v for k, v in patch.items() if k != "description"})
+    assert schema_errors(doc, "baseline") == []
+    path = work / "crafted" / fixture
+    write_json_atomic(path, doc)
+    run_dir = work / "crafted-run" / fixture
+    shutil.copytree(gate["out"] / RECIPE, run_dir)
+    proc = harness(work, "compare", str(run_dir), "--baseline", str(path))
+    v = load_json_strict(run_dir / "verdict.json")
+    assert proc.returncode == 2 and v["status"] == "refused" and v["checks"] == []
+    assert any(reason in r for r in v["reasons"]), v["reasons"]
+    assert proc.stdout.startswith(f"REFUSED {RECIPE}")
+
+
+def test_manifest_failing_its_schema_is_refused(work: Path, recorded: dict[str, Path], gate: dict[str, Any]) -> None:
+    run_dir = work / "bad-manifest"
+    shutil.copytree(gate["out"] / RECIPE, run_dir)
+    m = load_json_strict(run_dir / "manifest.json")
+    m["status"] = "finished"
+    write_json_atomic(run_dir / "manifest.json", m)
+    proc = harness(work, "compare", str(run_dir), "--baseline", str(recorded["baseline"]))
+    assert proc.returncode == 2 and "manifest.json::/status" in proc.stdout
+
+
+def test_report_rerenders(work: Path, gate: dict[str, Any]) -> None:
+    run_dir = gate["out"] / RECIPE
+    (run_dir / "report.html").unlink()
+    proc = harness(work, "report", str(run_dir))
+    assert proc.returncode == 0 and (run_dir / "report.html").is_file()
+    assert harness(work, "report", str(gate["out"])).returncode == 0
+
+
+# ----------------------------------------------------------------------------- kill -9
+def _start_and_kill(work: Path, args: list[str], watch: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_FAULT", "GITHUB_STEP_SUMMARY")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], env=env, cwd=work, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 3600
+        while not (watch.is_file() and watch.read_text().count("\n") >= 1):
+            assert proc.poll() is None, "finished before it could be killed"
+            assert time.monotonic() < deadline, "no metrics line appeared"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+
+
+def test_kill_9_during_a_run(work: Path, recorded: dict[str, Path]) -> None:
+    def hashes() -> dict[str, str]:
+        committed = {f"committed/{k}": v for k, v in tree_hashes(ROOT / "baselines").items()}
+        return tree_hashes(recorded["baselines"]) | committed
+
+    before = hashes()
+    run_dir = work / "killed"
+    _start_and_kill(work, ["run", RECIPE, "--profile", "cpu", "--steps", str(STEPS), "--out", str(run_dir),
+                           "--runtime", "local", "--baseline", str(recorded["baseline"]), "--quiet"],
+                    run_dir / "metrics.jsonl")
+    assert hashes() == before
+    assert (run_dir / "INCOMPLETE").is_file()
+    assert load_json_strict(run_dir / "manifest.json")["status"] == "running"
+    proc = harness(work, "compare", str(run_dir), "--baseline", str(recorded["baseline"]))
+    v = load_json_strict(run_dir / "verdict.json")
+    assert proc.returncode == 2 and v["status"] == "refused" and "not complete" in v["reasons"][0]
+
+
+def test_kill_9_during_record_baseline_leaves_no_baseline(work: Path) -> None:
+    out = work / "killed-baseline" / "b.json"
+    _start_and_kill(work, ["record-baseline", RECIPE, "--profile", "cpu", "--seeds", "2", "--steps", str(STEPS),
+                           "--out", str(out), "--runs-dir", str(work / "killed-rb"), "--quiet"],
+                    work / "killed-rb" / "seed-42" / "metrics.jsonl")
+    assert not out.parent.exists() or not any(out.parent.iterdir())

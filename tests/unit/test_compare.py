@@ -1,0 +1,400 @@
+"""Comparison tiers on synthetic metric series: exact, band, statistical, throughput, memory, tier choice."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from harness import baseline as B
+from harness import compare as C
+from harness.jsonio import write_json_atomic
+from harness.schema import check, schema_errors
+from harness.schema_defs import all_schemas, render
+from harness.paths import SCHEMAS_DIR
+
+STEPS = 20
+
+
+def _series(fn, steps=STEPS, start=1):
+    return {k: float(fn(k)) for k in range(start, steps + 1)}
+
+
+def _baseline(metrics: dict[str, dict], *, steps=STEPS, policy=None, throughput=1000.0, spread=0.0, memory=1.0):
+    """A baseline document built directly (the primary series and noise seeds given per metric)."""
+    out = {}
+    for name, spec in metrics.items():
+        ks = sorted(spec["ref"])
+        noise = [[s.get(k) for k in ks] for s in spec.get("noise", [])]
+        std = []
+        for i, k in enumerate(ks):
+            vals = [spec["ref"][k]] + [row[i] for row in noise if row[i] is not None]
+            std.append(float(__import__("statistics").stdev(vals)) if len(vals) > 1 else 0.0)
+        entry = {"tiers": B.metric_tiers(name), "steps": ks, "values": [spec["ref"][k] for k in ks],
+                 "noise_values": noise, "noise_std": std}
+        if B.stat_direction(name):
+            entry["direction"] = B.stat_direction(name)
+        out[name] = entry
+    return {"metrics": out, "steps": steps, "policy": copy.deepcopy(policy or B.DEFAULT_POLICY),
+            "throughput": {"value": throughput, "seed_values": [throughput], "relative_spread": spread},
+            "memory": {"value": memory, "seed_values": [memory], "relative_spread": 0.0}}
+
+
+def _by(checks, group, metric=None):
+    return [c for c in checks if c.group == group and (metric is None or c.metric == metric)]
+
+
+# ----------------------------------------------------------------------------- metric classes
+def test_timing_prefixes_match_the_trainer():
+    from harness.core.trainer import TIMING_PREFIXES
+
+    assert B.TIMING_PREFIXES == TIMING_PREFIXES
+
+
+@pytest.mark.parametrize("name,tiers", [
+    ("actor/pg_loss", ["exact", "band"]),
+    ("critic/score/mean", ["exact", "band", "statistical"]),
+    ("critic/score/max", ["exact"]),
+    ("training/rollout_probs_diff_mean", ["exact"]),
+    ("val-core/synthetic/color/reward/mean", ["exact", "band", "statistical"]),
+    ("perf/throughput", []), ("timing_s/step", []),
+])
+def test_metric_tiers(name, tiers):
+    assert B.metric_tiers(name) == tiers
+
+
+def test_window_mean_dense_and_sparse():
+    s = _series(lambda k: k)
+    assert B.window_mean(s, 20, 5) == (16 + 17 + 18 + 19 + 20) / 5
+    assert B.window_mean({0: 0.3, 10: 0.6, 20: 0.9}, 20, 5) == 0.9
+    assert B.window_mean({0: 0.3, 10: 0.6}, 19, 5) == 0.6  # no value in the window: the last one before
+    assert B.window_mean({}, 10, 3) is None
+    assert B.effective_window(10, 40) == 10 and B.effective_window(10, 12) == 6 and B.effective_window(10, 1) == 1
+
+
+# ----------------------------------------------------------------------------- exact
+def test_exact_equal_and_one_ulp_off():
+    ref = _series(lambda k: 0.1 * k)
+    base = _baseline({"actor/pg_loss": {"ref": ref}})
+    checks, _ = C.evaluate({"actor/pg_loss": dict(ref)}, base, ["exact"], STEPS)
+    assert _by(checks, "exact")[0].passed
+    run = dict(ref)
+    run[7] = math.nextafter(run[7], 1.0)
+    c = _by(C.evaluate({"actor/pg_loss": run}, base, ["exact"], STEPS)[0], "exact")[0]
+    assert not c.passed and c.step == 7 and c.failing_steps == [7] and c.tolerance == 0.0
+
+
+def test_exact_distinguishes_signed_zero_and_missing_steps():
+    assert not C.bitwise_equal(0.0, -0.0)
+    assert C.bitwise_equal(float("nan"), float("nan"))
+    assert not C.bitwise_equal(None, 1.0)
+    base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: k)}})
+    run = {"actor/pg_loss": _series(lambda k: k, steps=10)}
+    c = _by(C.evaluate(run, base, ["exact"], STEPS)[0], "exact")[0]
+    assert not c.passed and c.step == 11 and len(c.failing_steps) == 10
+
+
+def test_prefix_comparison_only_looks_at_compared_steps():
+    base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: k)}})
+    run = {"actor/pg_loss": _series(lambda k: k, steps=8)}
+    c = _by(C.evaluate(run, base, ["exact", "band"], 8)[0], "exact")[0]
+    assert c.passed and c.steps_compared == 8
+
+
+# ----------------------------------------------------------------------------- band
+def test_band_uses_noise_floor_rtol_and_allowed_failures():
+    ref = _series(lambda k: 1.0)
+    noise = [_series(lambda k: 1.0 + 0.01 * (-1) ** k), _series(lambda k: 1.0 - 0.01 * (-1) ** k)]
+    base = _baseline({"actor/entropy": {"ref": ref, "noise": noise}})
+    band = base["policy"]["band"]
+    # std ~0.01 -> k*noise = 0.03 < rtol*|ref| = 0.05: rtol governs
+    run = {"actor/entropy": _series(lambda k: 1.049)}
+    assert _by(C.evaluate(run, base, ["band"], STEPS)[0], "band")[0].passed
+    run = {"actor/entropy": _series(lambda k: 1.06 if k == 5 else 1.0)}  # one failing step: allowed
+    c = _by(C.evaluate(run, base, ["band"], STEPS)[0], "band")[0]
+    assert c.passed and c.failing_steps == [5] and c.step == 5
+    run = {"actor/entropy": _series(lambda k: 1.06 if k in (5, 9) else 1.0)}
+    c = _by(C.evaluate(run, base, ["band"], STEPS)[0], "band")[0]
+    assert not c.passed and c.failing_steps == [5, 9]
+    assert band["failures_per_50_steps"] == 1
+
+
+def test_band_noise_window_takes_the_largest_nearby_std():
+    assert C.noise_floor([0.0, 0.0, 1.0, 0.0, 0.0, 0.0], 0, 2) == 1.0
+    assert C.noise_floor([0.0, 0.0, 1.0, 0.0, 0.0, 0.0], 5, 2) == 0.0
+    ref = _series(lambda k: 0.0)
+    noise = [_series(lambda k: 0.5 if k == 10 else 0.0)]  # std 0.35 at step 10 only
+    base = _baseline({"actor/pg_loss": {"ref": ref, "noise": noise}})
+    run = {"actor/pg_loss": _series(lambda k: 0.9 if k in (8, 12) else 0.0)}  # within 3*0.35 thanks to the window
+    assert _by(C.evaluate(run, base, ["band"], STEPS)[0], "band")[0].passed
+
+
+def test_band_nan_and_missing_fail():
+    base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: 1.0)}})
+    run = {"actor/pg_loss": _series(lambda k: float("nan") if k > 10 else 1.0)}
+    c = _by(C.evaluate(run, base, ["band"], STEPS)[0], "band")[0]
+    assert not c.passed and len(c.failing_steps) == 10 and c.as_dict()["run_value"] is None
+    c = _by(C.evaluate({}, base, ["band"], STEPS)[0], "band")[0]
+    assert not c.passed
+
+
+def test_band_per_metric_atol_override():
+    base = _baseline({"critic/advantages/mean": {"ref": _series(lambda k: 1e-8)}})
+    base["metrics"]["critic/advantages/mean"]["atol"] = 1e-5
+    run = {"critic/advantages/mean": _series(lambda k: -3e-6)}
+    assert _by(C.evaluate(run, base, ["band"], STEPS)[0], "band")[0].passed
+
+
+# ----------------------------------------------------------------------------- statistical
+def _reward_baseline(finals=(0.9, 0.85, 0.95)):
+    seeds = [_series(lambda k, f=f: f * k / STEPS) for f in finals]
+    return _baseline({"critic/score/mean": {"ref": seeds[0], "noise": seeds[1:]}})
+
+
+def test_statistical_one_sided():
+    base = _reward_baseline()
+    good = {"critic/score/mean": _series(lambda k: 0.88 * k / STEPS)}
+    c = _by(C.evaluate(good, base, ["statistical"], STEPS)[0], "statistical")[0]
+    assert c.passed and c.tolerance > base["policy"]["statistical"]["practical_floor"]
+    better = {"critic/score/mean": _series(lambda k: 1.5 * k / STEPS)}
+    assert _by(C.evaluate(better, base, ["statistical"], STEPS)[0], "statistical")[0].passed  # one-sided
+    bad = {"critic/score/mean": _series(lambda k: 0.2)}
+    c = _by(C.evaluate(bad, base, ["statistical"], STEPS)[0], "statistical")[0]
+    assert not c.passed and c.run_value == pytest.approx(0.2) and "below" in c.detail
+
+
+def test_statistical_threshold_matches_the_t_distribution():
+    from scipy import stats
+
+    mu, sd, allowed = C.stat_threshold([0.8, 0.9, 1.0], 0.05, 0.01)
+    assert mu == pytest.approx(0.9) and sd == pytest.approx(0.1)
+    assert allowed == pytest.approx(stats.t.ppf(0.95, 2) * 0.1 * math.sqrt(4 / 3))
+    assert C.stat_threshold([0.9], 0.05, 0.05) == (0.9, 0.0, 0.05)  # one seed: the practical floor
+    assert C.stat_threshold([0.9, 0.9], 0.05, 0.05)[2] == 0.05
+
+
+def test_statistical_lower_is_better_direction():
+    base = _reward_baseline()
+    base["metrics"]["critic/score/mean"]["direction"] = "lower-is-better"
+    high = {"critic/score/mean": _series(lambda k: 5.0)}
+    assert not _by(C.evaluate(high, base, ["statistical"], STEPS)[0], "statistical")[0].passed
+    low = {"critic/score/mean": _series(lambda k: 0.0)}
+    assert _by(C.evaluate(low, base, ["statistical"], STEPS)[0], "statistical")[0].passed
+
+
+# ----------------------------------------------------------------------------- throughput / memory
+def test_throughput_one_sided_with_refresh_notice():
+    base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: 0.0)}}, throughput=1000.0, spread=0.02)
+    slow = {"perf/throughput": _series(lambda k: 1.0 if k <= 2 else 1000.0 / 1.3)}
+    checks, _ = C.evaluate(slow, base, [], STEPS)
+    c = _by(checks, "throughput")[0]
+    assert not c.passed and c.tolerance == pytest.approx(150.0) and c.steps_compared == STEPS - 2
+    ok = {"perf/throughput": _series(lambda k: 900.0)}
+    assert _by(C.evaluate(ok, base, [], STEPS)[0], "throughput")[0].passed
+    fast = {"perf/throughput": _series(lambda k: 2000.0)}
+    checks, notices = C.evaluate(fast, base, [], STEPS)
+    assert _by(checks, "throughput")[0].passed and any("refresh the baseline" in n for n in notices)
+
+
+def test_quantile_matches_numpy():
+    import numpy as np
+
+    vals = [5.0, 1.0, 9.0, 3.0, 7.5, 2.0]
+    for q in (0.0, 0.5, 0.9, 1.0):
+        assert B.quantile(vals, q) == pytest.approx(float(np.percentile(vals, q * 100)))
+
+
+def test_throughput_upper_quantile_ignores_contended_steps():
+    """Steps stretched by other processes do not fail a run whose fast steps keep the baseline's speed."""
+    base = _baseline({}, throughput=1000.0)
+    contended = {"perf/throughput": _series(lambda k: 1000.0 if k % 4 == 0 else 150.0)}
+    assert _by(C.evaluate(contended, base, [], STEPS)[0], "throughput")[0].passed
+    slowed = {"perf/throughput": _series(lambda k: 1000.0 / 1.3 if k % 4 == 0 else 150.0)}
+    assert not _by(C.evaluate(slowed, base, [], STEPS)[0], "throughput")[0].passed
+
+
+def test_throughput_tolerance_follows_the_spread_within_limits():
+    for spread, tol in ((0.0, 0.15), (0.06, 0.18), (0.5, 0.2)):
+        base = _baseline({}, throughput=1000.0, spread=spread)
+        c = _by(C.evaluate({"perf/throughput": _series(lambda k: 1000.0)}, base, [], STEPS)[0], "throughput")[0]
+        assert c.tolerance == pytest.approx(1000.0 * tol)
+
+
+def test_throughput_needs_steady_steps():
+    base = _baseline({}, throughput=1000.0)
+    checks, notices = C.evaluate({"perf/throughput": {1: 5.0, 2: 5.0}}, base, [], 2)
+    assert not _by(checks, "throughput") and "warm-up" in notices[0]
+
+
+def test_memory_ceiling():
+    base = _baseline({}, memory=1.0)
+    assert _by(C.evaluate({"perf/max_memory_allocated_gb": {1: 1.09}}, base, [], 1)[0], "memory")[0].passed
+    assert not _by(C.evaluate({"perf/max_memory_allocated_gb": {1: 1.2}}, base, [], 1)[0], "memory")[0].passed
+
+
+# ----------------------------------------------------------------------------- tier choice and refusal
+@pytest.fixture(scope="module")
+def manifest():
+    """A real manifest for the qwen3_vl_30b cpu smoke recipe (built, not run)."""
+    from harness.recipe import resolve
+    from harness.runner import base_manifest
+
+    res = resolve("qwen3_vl_30b", "cpu", "smoke")
+    m = base_manifest(res, steps=4, runtime="local", world=1, fault={})
+    m.update(schema_version=1, status="complete", created_utc="2026-01-01T00:00:00Z",
+             finished_utc="2026-01-01T00:01:00Z", error=None)
+    m["steps"]["completed"] = 4
+    check(m, "manifest", "synthetic manifest")
+    return m
+
+
+@pytest.fixture()
+def env_baseline(manifest):
+    return {"recipe": {"name": "qwen3_vl_30b", "hash": manifest["recipe"]["hash"],
+                       "config_hash": manifest["recipe"]["config_hash"]},
+            "profile": "cpu", "scale": "smoke", "architecture": manifest["resolved_config"]["model"]["architecture"],
+            "primary_seed": manifest["seed"], "environment": B.environment_summary(manifest)}
+
+
+def test_exact_when_everything_matches(manifest, env_baseline):
+    tiers, why = C.choose_tiers(manifest, env_baseline, None)
+    assert tiers == ["exact", "band", "statistical"] and "same environment" in why
+
+
+def test_overrides_stay_exact_eligible(manifest, env_baseline):
+    """Environment and seed equal: an override is the only thing that can move the bits, so it is judged bitwise."""
+    m = copy.deepcopy(manifest)
+    m["overrides"] = [{"key": "actor_rollout_ref.actor.kl_loss_coef", "value": 0.0}]
+    tiers, why = C.choose_tiers(m, env_baseline, None)
+    assert tiers[0] == "exact" and "kl_loss_coef=0.0" in why
+
+
+@pytest.mark.parametrize("change", ["seed", "software", "threads", "image", "nondeterministic"])
+def test_band_when_not_exact_eligible(manifest, env_baseline, change):
+    m = copy.deepcopy(manifest)
+    if change == "seed":
+        m["seed"] = 7
+        m["overrides"] = [{"key": "seed", "value": 7}]
+    elif change == "software":
+        m["software"]["torch"] = "0.0.0"
+    elif change == "threads":
+        m["software"]["threads"] = 64
+    elif change == "image":
+        m["runtime"]["image_id"] = "sha256:" + "0" * 64
+    else:
+        m["deterministic"] = False
+    tiers, why = C.choose_tiers(m, env_baseline, None)
+    assert tiers == ["band", "statistical"] and why.startswith("not exact-eligible")
+
+
+def test_forced_exact(manifest, env_baseline):
+    m = copy.deepcopy(manifest)
+    m["seed"] = 7
+    tiers, why = C.choose_tiers(m, env_baseline, "exact")
+    assert tiers[0] == "exact" and "seed 7" in why
+    m["software"]["transformers"] = "0.0.0"
+    with pytest.raises(C._Refusal, match="transformers"):
+        C.choose_tiers(m, env_baseline, "exact")
+    assert C.choose_tiers(manifest, env_baseline, "statistical")[0] == ["statistical"]
+
+
+@pytest.mark.parametrize("field,expect", [("hash", "recipe hash"), ("arch", "architecture"), ("profile", "profile"),
+                                          ("scale", "scale")])
+def test_refusal_reasons(manifest, env_baseline, field, expect):
+    b = copy.deepcopy(env_baseline)
+    if field == "hash":
+        b["recipe"]["hash"] = "f" * 64
+    elif field == "arch":
+        b["architecture"]["text"]["hidden_size"] *= 2
+    elif field == "profile":
+        b["profile"] = "gpu-1x-h200"
+    else:
+        b["scale"] = "full"
+    reasons = C.refusal_reasons(manifest, b)
+    assert len(reasons) == 1 and expect in reasons[0]
+    assert C.refusal_reasons(manifest, env_baseline) == []
+
+
+# ----------------------------------------------------------------------------- verdict and files
+def test_verdict_summary_exit_codes_and_schema():
+    base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: 0.5)}}, throughput=13000.0)
+    run = {"actor/pg_loss": _series(lambda k: 0.5), "perf/throughput": _series(lambda k: 13100.0),
+           "perf/max_memory_allocated_gb": _series(lambda k: 0.9)}
+    checks, notices = C.evaluate(run, base, ["exact", "band", "statistical"], STEPS)
+    v = C.Verdict("pass", {"dir": "r", "recipe": "qwen3_vl_30b", "profile": "cpu", "scale": "smoke", "seed": 42,
+                           "status": "complete", "steps_completed": STEPS}, tier="exact",
+                  tiers_applied=["exact", "band", "statistical"], checks=checks, notices=notices)
+    line = v.summary_line()
+    assert line.startswith("PASS qwen3_vl_30b cpu:smoke tier=exact 1/1 gated metrics equal; throughput 13.1k tok/s "
+                           "(ref 13.0k, -15% floor); memory 0.90 GB ≤ 1.10 GB")
+    assert v.exit_code == 0 and "\n" not in line
+    assert schema_errors(v.to_dict(), "verdict") == []
+    assert C.Verdict("fail", {}).exit_code == 1
+    assert C.Verdict("refused", {}).exit_code == 2
+    assert C.Verdict("no-baseline", {}).exit_code == 0
+
+
+def test_failure_reasons_name_group_metric_and_numbers():
+    base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: 0.5)}})
+    checks, _ = C.evaluate({"actor/pg_loss": _series(lambda k: 0.7)}, base, ["band"], STEPS)
+    (reason,) = C.failure_reasons(checks)
+    assert reason.startswith("band: 1 check(s) failed: actor/pg_loss") and "20/20 steps outside" in reason
+
+
+def test_build_baseline_round_trips_floats_exactly(tmp_path, manifest):
+    """Baseline values are the run's floats bit for bit (repr round trip), and the file passes its schema."""
+    tricky = [0.1 + 0.2, 1 / 3, 5e-324, -0.0, 1e308, 2.0 ** -40]
+    dirs = []
+    for seed in (42, 43):
+        d = tmp_path / f"seed-{seed}"
+        d.mkdir()
+        m = copy.deepcopy(manifest)
+        m["seed"] = seed
+        m["overrides"] = [] if seed == 42 else [{"key": "seed", "value": seed}]
+        write_json_atomic(d / "manifest.json", m)
+        rows = [{"step": 0, "val-core/synthetic/color/reward/mean": 0.25}]
+        rows += [{"step": k, "actor/pg_loss": tricky[k - 1] * (1 if seed == 42 else 2), "critic/score/mean": 0.1 * k,
+                  "perf/throughput": 1000.0 + k, "perf/max_memory_allocated_gb": 0.5, "timing_s/step": 0.1}
+                 for k in range(1, 5)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        dirs.append(d)
+    doc = B.build_baseline(dirs, command="test")
+    out = tmp_path / "b.json"
+    write_json_atomic(out, doc)
+    loaded = B.load_baseline(out)
+    vals = loaded["metrics"]["actor/pg_loss"]["values"]
+    assert [v.hex() for v in vals] == [v.hex() for v in tricky[:4]]
+    assert "timing_s/step" not in loaded["metrics"] and "perf/throughput" not in loaded["metrics"]
+    assert loaded["noise_seeds"] == [43] and loaded["throughput"]["value"] == 1004.0
+    assert loaded["metrics"]["critic/score/mean"]["seed_window_means"] == [0.35000000000000003, 0.35000000000000003]
+
+
+def test_generated_record_schemas_are_committed():
+    for name in ("manifest.schema.json", "baseline.schema.json", "verdict.schema.json"):
+        assert (SCHEMAS_DIR / name).read_text() == render(all_schemas()[name]), \
+            f"{name} is stale: run python -m harness.schema_defs"
+
+
+def test_committed_baselines_pass_their_schema():
+    for path in sorted(Path(B.BASELINES_DIR).glob("*/*.json")):
+        B.load_baseline(path)
+
+
+def test_judge_refuses_a_broken_baseline_and_unfinished_runs(tmp_path, manifest):
+    run = tmp_path / "run"
+    run.mkdir()
+    write_json_atomic(run / "manifest.json", manifest)
+    (run / "metrics.jsonl").write_text('{"step": 1, "actor/pg_loss": 0.5}\n')
+    bad = tmp_path / "b.json"
+    bad.write_text('{"schema_version": 1, "schema_version": 1}')
+    v = C.judge(run, None, baseline_path=bad)
+    assert v.status == "refused" and "duplicate key" in v.reasons[0] and v.exit_code == 2
+    assert schema_errors(json.loads((run / "verdict.json").read_text()), "verdict") == []
+    v = C.judge(run, None, baseline_path=tmp_path / "missing.json")
+    assert v.status == "no-baseline" and v.exit_code == 0 and "record-baseline" in v.summary_line()
+    (run / "INCOMPLETE").write_text("")
+    v = C.judge(run, None, baseline_path=bad)
+    assert v.status == "refused" and "not complete" in v.reasons[0]
