@@ -425,6 +425,7 @@ def all_schemas() -> dict[str, dict[str, Any]]:
         "resolved-recipe.schema.json": recipe_schema(resolved=True),
         "profile.schema.json": profile_schema(),
         **__import__("harness.schema_defs_records", fromlist=["record_schemas"]).record_schemas(),
+        **__import__("harness.schema_defs_cert", fromlist=["cert_schemas"]).cert_schemas(),
     }
 
 

@@ -1,0 +1,418 @@
+"""Hardware certification: suites, checks, certificates and their verification.
+
+A suite (``recipes/certification/<profile>.json``, schema ``suite``) lists recipe runs and what each
+must achieve on the profile. ``harness certify`` runs it (``harness.commands.certify``); the checks
+here turn the run directories into numbers:
+
+- ``numerics`` — the run judged by :mod:`harness.compare` against the entry's reference baseline at
+  the suite's tier (``band`` ⇒ band + statistical). A reference recorded on another profile (an NPU
+  suite naming the GPU reference) is compared with the same tiers; only the profile may differ
+  (recipe hash, architecture and scale must match) and exact is not allowed. The value is the count
+  of failed gated checks (a refusal has no value and fails).
+- ``throughput`` / ``mfu`` — the baseline policy's quantile over steady steps of ``perf/throughput``
+  (tokens/s per device) and ``perf/mfu`` (against the profile's peak), at least the suite's floor.
+- ``memory`` — peak ``perf/max_memory_allocated_gb`` at most the suite's fraction of the profile's
+  device memory (host RAM budget on cpu).
+- ``determinism`` — a second run with the same seed: the count of non-timing metric values that are
+  not bitwise equal must be 0 (not applicable when the resolved recipe is not deterministic).
+
+A certificate (schema ``certificate``) stores every check with its numbers and SHA-256 digests of
+every input (paths relative to the repository root) and result (relative to the certificate's
+directory). :func:`verify` recomputes the digests, re-derives every check from the files and the
+overall result from the checks, and names each discrepancy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+from harness.baseline import DEFAULT_POLICY, MEMORY_METRIC, THROUGHPUT_METRIC, is_timing, load_baseline, load_series
+from harness.baseline import quantile, steady
+from harness.errors import HarnessError
+from harness.jsonio import load_json_strict, write_json_atomic
+from harness.paths import ROOT, SUITES_DIR
+from harness.schema import check, schema_errors
+
+CERT_FILE = "certificate.json"
+HTML_FILE = "certificate.html"
+MFU_METRIC = "perf/mfu"
+TIER_GROUPS = {"exact": ("exact", "band", "statistical"), "band": ("band", "statistical"),
+               "statistical": ("statistical",)}
+RESULT_FILES = (("manifest", "manifest.json"), ("metrics", "metrics.jsonl"), ("verdict", "verdict.json"))
+
+
+# ----------------------------------------------------------------------------- files and digests
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def rel(path: Path, base: Path) -> str:
+    """``path`` relative to ``base`` in POSIX form; a path outside ``base`` is an error."""
+    try:
+        return Path(path).resolve().relative_to(Path(base).resolve()).as_posix()
+    except ValueError:
+        raise HarnessError(f"{path} is not inside {base}", file=str(path),
+                           fix="keep certification inputs in the repository and results under --out") from None
+
+
+def lock_files(root: Path) -> list[Path]:
+    """The dependency locks an install is pinned with: constraints.txt and images/*/*.lock, if present."""
+    out = [root / "constraints.txt"] if (root / "constraints.txt").is_file() else []
+    out += sorted((root / "images").glob("*/*.lock"), key=lambda p: p.as_posix().encode())
+    return out
+
+
+# ----------------------------------------------------------------------------- suites
+def suite_path(profile: str, root: Path | None = None) -> Path:
+    return (root / "recipes" / "certification" if root else SUITES_DIR) / f"{profile}.json"
+
+
+def load_suite_file(path: Path, profile: str | None = None) -> dict[str, Any]:
+    """Strict load + schema + cross-field checks (profile matches, unique ids, no cross-profile exact)."""
+    data = load_json_strict(path)
+    check(data, "suite", str(path))
+    if profile is not None and data["profile"] != profile:
+        raise HarnessError(f"suite is for profile '{data['profile']}', not '{profile}'", file=str(path),
+                           key_path="/profile", fix=f"set profile to '{profile}'")
+    seen: set[str] = set()
+    for i, entry in enumerate(data["entries"]):
+        if entry["id"] in seen:
+            raise HarnessError(f"duplicate entry id '{entry['id']}'", file=str(path), key_path=f"/entries/{i}/id",
+                               fix="give every entry its own id")
+        seen.add(entry["id"])
+        ref = baseline_profile(entry)
+        if ref is not None and ref != data["profile"] and entry["numerics"]["tier"] == "exact":
+            raise HarnessError(f"exact tier against another profile's baseline ({ref})", file=str(path),
+                               key_path=f"/entries/{i}/numerics/tier",
+                               fix="use band (or statistical) for a cross-vendor reference")
+    return data
+
+
+def load_suite(profile: str) -> tuple[Path, dict[str, Any]]:
+    path = suite_path(profile)
+    if not path.is_file():
+        have = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.json"))) or "none"
+        raise HarnessError(f"no certification suite for profile '{profile}'", file=str(path),
+                           fix=f"write one (schemas/v1/suite.schema.json); suites exist for: {have}")
+    return path, load_suite_file(path, profile)
+
+
+def baseline_profile(entry: dict[str, Any]) -> str | None:
+    """The profile a reference baseline was recorded on, from its file name ``<profile>-<scale>.json``."""
+    stem = Path(entry["numerics"]["reference_baseline"]).stem
+    suffix = f"-{entry['scale']}"
+    return stem[: -len(suffix)] if stem.endswith(suffix) else None
+
+
+# ----------------------------------------------------------------------------- numerics
+def judge_reference(run_dir: Path, baseline_path: Path, tier: str, *, write: bool) -> Any:
+    """A compare Verdict of ``run_dir`` against ``baseline_path`` at ``tier``, across profiles if need be."""
+    from harness.compare import (TIER_ORDER, TIERS, VERDICT_FILE, Context, failure_reasons, judge,
+                                 refusal_reasons)
+
+    manifest_path = run_dir / "manifest.json"
+    if not manifest_path.is_file():
+        raise HarnessError("run directory has no manifest.json (the run did not start)", file=str(run_dir),
+                           fix="read the run's output above")
+    manifest = load_json_strict(manifest_path)
+    baseline = load_baseline(baseline_path)
+    same_profile = manifest.get("profile") == baseline["profile"]
+    verdict = judge(run_dir, None, baseline_path, tier=tier, write=write and same_profile)
+    if same_profile:
+        return verdict
+    # Cross-vendor reference: compare refused it for the profile (once the run and the baseline were
+    # loaded); apply the same refusals except the profile, then the suite's tiers.
+    reasons = list(verdict.reasons)
+    if verdict.status == "refused" and verdict.baseline is not None:
+        reasons = refusal_reasons(manifest, {**baseline, "profile": manifest["profile"]})
+        if tier == "exact":
+            reasons.append(f"exact tier needs a baseline of the run's own profile, not '{baseline['profile']}'")
+    verdict.reasons = reasons
+    if verdict.status == "refused" and verdict.baseline is not None and not reasons:
+        tiers = list(TIER_ORDER[TIER_ORDER.index(tier):])
+        upto = min(manifest["steps"]["completed"], baseline["steps"])
+        ctx = Context(load_series(run_dir), baseline, upto)
+        verdict.tier, verdict.tiers_applied = tiers[0], tiers
+        verdict.tier_reason = (f"cross-vendor reference recorded on '{baseline['profile']}': {tier} tier set by the "
+                               "certification suite (throughput and memory are judged by the suite's floors)")
+        verdict.checks = [c for t in tiers for c in TIERS[t](ctx)]
+        verdict.reasons = failure_reasons(verdict.checks)
+        verdict.status = "fail" if verdict.reasons else "pass"
+        if manifest["steps"]["completed"] != baseline["steps"]:
+            verdict.notices.append(f"compared the first {upto} steps (run {manifest['steps']['completed']}, "
+                                   f"baseline {baseline['steps']})")
+    if write:
+        doc = verdict.to_dict()
+        check(doc, "verdict", str(run_dir / VERDICT_FILE))
+        write_json_atomic(run_dir / VERDICT_FILE, doc)
+    return verdict
+
+
+def _check(entry: dict[str, Any], name: str, run: str, value: float | None, threshold: float | None,
+           comparison: str | None, unit: str, detail: str, outcome: str | None = None) -> dict[str, Any]:
+    doc = {"entry": entry["id"], "name": name, "run": run,
+           "value": value if value is None or math.isfinite(value) else None,
+           "threshold": threshold, "comparison": comparison, "unit": unit, "outcome": "pass", "detail": detail}
+    doc["outcome"] = outcome or derive_outcome(doc)
+    return doc
+
+
+def derive_outcome(c: dict[str, Any]) -> str:
+    """pass/fail from value, comparison and threshold; a check without a comparison is not applicable."""
+    if c["comparison"] is None:
+        return "not-applicable"
+    if c["value"] is None or c["threshold"] is None:
+        return "fail"
+    ok = c["value"] >= c["threshold"] if c["comparison"] == ">=" else c["value"] <= c["threshold"]
+    return "pass" if ok else "fail"
+
+
+def numerics_check(entry: dict[str, Any], run_dir: Path, run: str, baseline_path: Path, *,
+                   write: bool) -> dict[str, Any]:
+    tier = entry["numerics"]["tier"]
+    try:
+        v = judge_reference(run_dir, baseline_path, tier, write=write)
+    except HarnessError as err:
+        return _check(entry, "numerics", run, None, 0, "<=", "failed checks", f"not judged: {err.one_line()}")
+    if v.status in ("refused", "no-baseline"):
+        return _check(entry, "numerics", run, None, 0, "<=", "failed checks",
+                      f"{v.status}: {'; '.join(v.reasons or v.notices)}")
+    groups = TIER_GROUPS[v.tier]
+    gated = [c for c in v.checks if c.group in groups]
+    bad = [c for c in gated if not c.passed]
+    detail = (f"tier {v.tier} ({', '.join(v.tiers_applied)}) vs {entry['numerics']['reference_baseline']}: "
+              f"{len(gated) - len(bad)}/{len(gated)} gated checks passed"
+              + (f"; first failure {bad[0].group} {bad[0].metric}: {bad[0].detail}" if bad else ""))
+    return _check(entry, "numerics", run, float(len(bad)), 0, "<=", "failed checks", detail)
+
+
+# ----------------------------------------------------------------------------- performance
+def _steady_quantile(series: dict[str, dict[int, float]], metric: str) -> tuple[float | None, int]:
+    pol = DEFAULT_POLICY["throughput"]
+    vals = steady(series.get(metric, {}), pol["warmup_steps"])
+    return (quantile(vals, pol["quantile"]) if vals else None), len(vals)
+
+
+def _qname() -> str:
+    pol = DEFAULT_POLICY["throughput"]
+    return f"p{pol['quantile'] * 100:.0f} over steady steps (first {pol['warmup_steps']} skipped)"
+
+
+def perf_checks(entry: dict[str, Any], profile: dict[str, Any], series: dict[str, dict[int, float]],
+                run: str) -> list[dict[str, Any]]:
+    out = []
+    tp, n = _steady_quantile(series, THROUGHPUT_METRIC)
+    floor = entry["throughput_floor_tokens_per_s_per_device"]
+    out.append(_check(entry, "throughput", run, tp, floor, ">=", "tokens/s/device",
+                      f"{THROUGHPUT_METRIC} {_qname()}, {n} steps: "
+                      + (f"{tp:,.1f}" if tp is not None else "no steady steps") + f" vs floor {floor:,.1f}"))
+    mfu, n = _steady_quantile(series, MFU_METRIC)
+    peak = profile["accelerator"]["peak_bf16_tflops"]
+    out.append(_check(entry, "mfu", run, mfu, entry["mfu_floor"], ">=", "fraction of peak",
+                      f"{MFU_METRIC} {_qname()} against {peak:g} TFLOP/s per device: "
+                      + (f"{mfu:.5f}" if mfu is not None else "no steady steps") + f" vs floor {entry['mfu_floor']:g}"))
+    mem = [v for v in series.get(MEMORY_METRIC, {}).values() if math.isfinite(v)]
+    peak_gb = max(mem) if mem else None
+    budget = entry["memory_budget_fraction"] * profile["accelerator"]["memory_gb"]
+    out.append(_check(entry, "memory", run, peak_gb, budget, "<=", "GB",
+                      f"peak {MEMORY_METRIC} " + (f"{peak_gb:.3f} GB" if peak_gb is not None else "missing")
+                      + f" vs budget {entry['memory_budget_fraction']:g} x {profile['accelerator']['memory_gb']:g} GB"))
+    return out
+
+
+def determinism_check(entry: dict[str, Any], run_dirs: list[Path], runs: list[str]) -> dict[str, Any]:
+    from harness.compare import bitwise_equal
+
+    manifests = []
+    for d, r in zip(run_dirs, runs):
+        try:
+            manifests.append(load_json_strict(d / "manifest.json"))
+        except HarnessError:
+            return _check(entry, "determinism", runs[-1], None, 0, "<=", "values", f"{r} has no readable manifest")
+    if not all(m.get("deterministic") for m in manifests):
+        return _check(entry, "determinism", runs[-1], None, None, None, "values",
+                      "not applicable: the resolved recipe is not deterministic")
+    a, b = (load_series(d) for d in run_dirs[:2])
+    diffs: list[tuple[str, int]] = []
+    compared = 0
+    for name in sorted(set(a) | set(b)):
+        if is_timing(name):
+            continue
+        for step in sorted(set(a.get(name, {})) | set(b.get(name, {}))):
+            compared += 1
+            if not bitwise_equal(a.get(name, {}).get(step), b.get(name, {}).get(step)):
+                diffs.append((name, step))
+    if not compared:
+        return _check(entry, "determinism", runs[-1], None, 0, "<=", "values", "no metrics to compare")
+    first = f"; first at step {diffs[0][1]}: {diffs[0][0]}" if diffs else ""
+    return _check(entry, "determinism", runs[-1], float(len(diffs)), 0, "<=", "values",
+                  f"{runs[-1]} vs {runs[0]}: {compared - len(diffs)}/{compared} non-timing metric values bitwise "
+                  f"equal{first}")
+
+
+def entry_checks(entry: dict[str, Any], profile: dict[str, Any], baseline_path: Path, run_dirs: list[Path],
+                 runs: list[str], *, write: bool) -> list[dict[str, Any]]:
+    """Every check of one entry from its run directories (``runs``: the same, as certificate paths)."""
+    out = [numerics_check(entry, run_dirs[0], runs[0], baseline_path, write=write)]
+    out += perf_checks(entry, profile, load_series(run_dirs[0]), runs[0])
+    if entry["determinism_repeat"]:
+        out.append(determinism_check(entry, run_dirs, runs))
+    if write:
+        for d in run_dirs[1:]:  # every run gets its verdict.json (digested like the first's)
+            try:
+                judge_reference(d, baseline_path, entry["numerics"]["tier"], write=True)
+            except HarnessError:
+                pass
+    return out
+
+
+def summarize(checks: list[dict[str, Any]]) -> tuple[dict[str, int], str]:
+    failed = sum(c["outcome"] == "fail" for c in checks)
+    na = sum(c["outcome"] == "not-applicable" for c in checks)
+    return {"checks": len(checks), "failed": failed, "not_applicable": na}, ("fail" if failed else "pass")
+
+
+# ----------------------------------------------------------------------------- digests
+def input_digests(root: Path, suite_file: Path, profile_file: Path, recipes: list[Path], baselines: list[Path],
+                  image_id: str | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for role, paths in (("suite", [suite_file]), ("profile", [profile_file]), ("recipe", recipes),
+                        ("baseline", baselines), ("lock", lock_files(root))):
+        for p in paths:
+            r = rel(p, root)
+            if r not in seen:
+                seen.add(r)
+                out.append({"role": role, "path": r, "value": None, "sha256": sha256_file(p)})
+    if image_id:
+        out.append({"role": "image-id", "path": None, "value": image_id, "sha256": sha256_text(image_id)})
+    return out
+
+
+def result_digests(cert_dir: Path, entry_runs: list[tuple[str, list[Path]]]) -> list[dict[str, Any]]:
+    out = []
+    for entry_id, dirs in entry_runs:
+        for d in dirs:
+            for role, name in RESULT_FILES:
+                if (d / name).is_file():
+                    out.append({"role": role, "entry": entry_id, "path": rel(d / name, cert_dir),
+                                "sha256": sha256_file(d / name)})
+    return out
+
+
+# ----------------------------------------------------------------------------- verification
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, (int, float)) or isinstance(b, float) and isinstance(a, (int, float)):
+        return float(a).hex() == float(b).hex()
+    return a == b
+
+
+def verify(cert_path: Path, root: Path | None = None) -> list[str]:
+    """Every discrepancy as ``FILE::/pointer: message`` (empty = the certificate holds).
+
+    Raises HarnessError (exit 2) when the file is not a certificate at all.
+    """
+    root = Path(root) if root else ROOT
+    name = str(cert_path)
+    doc = load_json_strict(cert_path)
+    if not isinstance(doc, dict) or not {"inputs", "results", "checks"} <= set(doc):
+        raise HarnessError("not a certificate (a JSON object with inputs, results and checks)", file=name,
+                           fix="give the certificate.json written by `harness certify`")
+    if not root.is_dir():
+        raise HarnessError("repository root not found", file=str(root), key_path="--root", fix="give a checkout")
+    errs = schema_errors(doc, "certificate")
+    if errs:
+        return [f"{name}::{ptr}: certificate fails its schema: {msg} (fix: {fix})" for ptr, msg, fix in errs]
+    cert_dir = Path(cert_path).resolve().parent
+    problems: list[str] = []
+
+    def bad(ptr: str, msg: str) -> None:
+        problems.append(f"{name}::{ptr}: {msg}")
+
+    for i, item in enumerate(doc["inputs"]):
+        if item["path"] is None:
+            if item["value"] is None or sha256_text(item["value"]) != item["sha256"]:
+                bad(f"/inputs/{i}", f"digest mismatch for the {item['role']} value {item['value']!r}")
+            continue
+        p = root / item["path"]
+        if not p.is_file():
+            bad(f"/inputs/{i}", f"missing file {item['path']} (under {root})")
+        elif sha256_file(p) != item["sha256"]:
+            bad(f"/inputs/{i}", f"digest mismatch for {item['path']}")
+    for i, item in enumerate(doc["results"]):
+        p = cert_dir / item["path"]
+        if not p.is_file():
+            bad(f"/results/{i}", f"missing file {item['path']} (under {cert_dir})")
+        elif sha256_file(p) != item["sha256"]:
+            bad(f"/results/{i}", f"digest mismatch for {item['path']}")
+    problems += _rederive(doc, root, cert_dir, name)
+    return problems
+
+
+def _rederive(doc: dict[str, Any], root: Path, cert_dir: Path, name: str) -> list[str]:
+    """Checks re-derived from the files; outcomes, summary and result re-derived from the checks."""
+    out: list[str] = []
+    inputs = {(i["role"], i["path"]) for i in doc["inputs"]}
+    results = {i["path"] for i in doc["results"]}
+    for need in [("suite", doc["suite"]["path"]), ("profile", doc["profile"]["path"])]:
+        if need not in inputs:
+            out.append(f"{name}::/inputs: no digest for the {need[0]} {need[1]}")
+    try:
+        suite = load_suite_file(root / doc["suite"]["path"], doc["profile"]["name"])
+        profile = load_json_strict(root / doc["profile"]["path"])
+        check(profile, "profile", doc["profile"]["path"])
+    except HarnessError as err:
+        return out + [f"{name}::/suite: cannot re-derive the checks: {err.one_line()}"]
+    by_id = {e["id"]: e for e in suite["entries"]}
+    if [e["id"] for e in doc["entries"]] != list(by_id):
+        out.append(f"{name}::/entries: entries {[e['id'] for e in doc['entries']]} differ from the suite's "
+                   f"{list(by_id)} ({doc['suite']['path']})")
+    derived: list[dict[str, Any]] = []
+    for k, e in enumerate(doc["entries"]):
+        entry = by_id.get(e["id"])
+        if entry is None:
+            continue
+        ref = entry["numerics"]["reference_baseline"]
+        if (e["reference_baseline"], e["tier"], e["recipe"], e["scale"]) != (ref, entry["numerics"]["tier"],
+                                                                             entry["recipe"], entry["scale"]):
+            out.append(f"{name}::/entries/{k}: recipe, scale, baseline or tier differ from the suite's entry")
+        if ("baseline", ref) not in inputs:
+            out.append(f"{name}::/entries/{k}: no digest for the reference baseline {ref}")
+        if not any(r == "recipe" and p == f"recipes/{entry['recipe']}.json" for r, p in inputs):
+            out.append(f"{name}::/entries/{k}: no digest for the recipe recipes/{entry['recipe']}.json")
+        want_runs = 2 if entry["determinism_repeat"] else 1
+        if len(e["runs"]) != want_runs:
+            out.append(f"{name}::/entries/{k}/runs: {len(e['runs'])} run(s), the suite asks for {want_runs}")
+            continue
+        for r in e["runs"]:  # every file a run wrote is digested (a deleted one changes the re-derived checks)
+            for _, f in RESULT_FILES:
+                if f"{r}/{f}" not in results and (cert_dir / r / f).is_file():
+                    out.append(f"{name}::/results: no digest for {r}/{f}")
+        derived += entry_checks(entry, profile, root / ref, [cert_dir / r for r in e["runs"]], e["runs"],
+                                write=False)
+    recorded = doc["checks"]
+    if len(derived) != len(recorded):
+        out.append(f"{name}::/checks: {len(recorded)} checks recorded, {len(derived)} re-derived from the runs")
+    for i, (c, d) in enumerate(zip(recorded, derived)):
+        for key in ("entry", "name", "run", "value", "threshold", "comparison", "outcome"):
+            if not _same(c[key], d[key]):
+                out.append(f"{name}::/checks/{i}/{key}: {d['entry']} {d['name']}: recorded {c[key]!r} but "
+                           f"{d[key]!r} re-derived from {d['run']} ({d['detail']})")
+                break
+    for i, c in enumerate(recorded):
+        if c["outcome"] != derive_outcome(c):
+            out.append(f"{name}::/checks/{i}/outcome: '{c['outcome']}' contradicts value {c['value']!r} "
+                       f"{c['comparison']} threshold {c['threshold']!r}")
+    summary, result = summarize(recorded)
+    if doc["summary"] != summary:
+        out.append(f"{name}::/summary: {doc['summary']} contradicts the checks ({summary})")
+    if doc["result"] != result:
+        out.append(f"{name}::/result: '{doc['result']}' contradicts the checks ({summary['failed']} failed)")
+    return out

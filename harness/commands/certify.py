@@ -1,0 +1,243 @@
+"""`harness certify PROFILE`: check the machine, run the profile's suite, write a self-verifying certificate.
+
+Order: profile + suite + every entry resolved, its reference baseline loaded and checked against the
+recipe, safety pre-flight, the live machine compared with the profile (device model, count, memory,
+driver and CUDA / CANN versions) — any problem refuses here, before a run directory exists (exit 2;
+safety findings exit 1). Then each entry runs (twice with a determinism repeat) inside the pinned
+image with ``--image``, else in this process or under torchrun as the recipe's world size needs, and
+is judged (:mod:`harness.certify`). ``certificate.json`` and ``certificate.html`` are written into
+``--out``; exit 0 when every check passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import html
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.certify import (CERT_FILE, HTML_FILE, baseline_profile, entry_checks, input_digests, load_suite, rel,
+                             result_digests, summarize)
+from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
+from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
+from harness.paths import PROFILES_DIR, ROOT
+from harness.schema import check
+
+HELP = "Certify this machine against a hardware profile: run its suite, write a self-verifying certificate."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("profile", metavar="PROFILE", help="hardware profile (recipes/hardware/PROFILE.json); its suite is "
+                   "recipes/certification/PROFILE.json")
+    p.add_argument("--image", help="run the suite inside this pinned container image (docker); default: this "
+                   "process, or torchrun when a recipe needs several processes")
+    p.add_argument("--out", type=Path, help="certificate directory (default: runs/certify-<profile>-<utc time>/)")
+    p.add_argument("--quiet", action="store_true", help="no training progress output")
+
+
+def _plan(entry: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
+    """Resolve one entry and refuse (exit 2) what could not be certified, before anything runs."""
+    from harness.baseline import load_baseline
+    from harness.commands.run import preflight
+    from harness.recipe import resolve
+
+    res = resolve(entry["recipe"], profile["name"], entry["scale"])
+    ref = entry["numerics"]["reference_baseline"]
+    path = ROOT / ref
+    if not path.is_file():
+        src = baseline_profile(entry) or profile["name"]
+        raise HarnessError(f"reference baseline of entry '{entry['id']}' is missing", file=ref,
+                           fix=f"record it on a {src} machine: harness record-baseline {entry['recipe']} "
+                               f"--profile {src} --scale {entry['scale']} --seeds 3")
+    baseline = load_baseline(path)
+    if baseline["recipe"]["hash"] != res.recipe_hash:
+        raise HarnessError(f"reference baseline was recorded for another version of recipe '{entry['recipe']}'",
+                           file=ref, key_path="/recipe/hash",
+                           fix="re-record the baseline for the current recipe (compare refuses stale baselines)")
+    t = res.config["trainer"]
+    if t["nnodes"] > profile["nodes"]:
+        raise HarnessError(f"entry '{entry['id']}' needs {t['nnodes']} nodes; the profile describes "
+                           f"{profile['nodes']}", key_path=f"entries/{entry['id']}",
+                           fix="certify it on a multi-node allocation or drop it from the suite")
+    preflight(res)
+    steps = int(entry["steps"] or t["total_training_steps"])
+    return {"entry": entry, "res": res, "steps": steps, "baseline": path,
+            "world": t["nnodes"] * t["n_gpus_per_node"], "runs": 2 if entry["determinism_repeat"] else 1}
+
+
+def _runtime(image: str | None, plans: list[dict[str, Any]]) -> tuple[str, str | None, str | None]:
+    """(runtime kind, image ref, image id)."""
+    if image:
+        from harness.runtime.docker import docker_status
+
+        ok, info = docker_status(image)
+        if not ok:
+            raise HarnessError(f"image {image} is not usable: {info}", key_path="--image",
+                               fix="build it (`harness build-image cpu|cuda|ascend`) or load it into the daemon")
+        return "docker", image, info
+    return ("torchrun" if any(p["world"] > 1 for p in plans) else "local"), None, None
+
+
+def _train(plan: dict[str, Any], run_dir: Path, runtime: str, image: str | None, quiet: bool) -> None:
+    from harness.commands.run import choose_runtime, train_stage
+
+    kind = runtime if runtime == "docker" or plan["world"] > 1 else "local"
+    kind, img = choose_runtime(kind, plan["res"], image)
+    ns = argparse.Namespace(steps=plan["steps"], overrides=[], quiet=quiet, nproc_per_node=None)
+    train_stage(plan["res"], ns, run_dir, kind, img)
+
+
+def _system(profile: dict[str, Any], machine: Any, manifest: dict[str, Any] | None, runtime: str,
+            image: str | None, image_id: str | None) -> dict[str, Any]:
+    acc = profile["accelerator"]
+    mach = (manifest or {}).get("machine") or machine.as_dict()
+    software = dict((manifest or {}).get("software") or {})
+    software.update(accelerator_driver=mach.get("driver"), accelerator_runtime=mach.get("runtime"))
+    rt = (manifest or {}).get("runtime") or {}
+    return {
+        "accelerator": {"vendor": acc["vendor"], "model": machine.device_model, "count": machine.device_count,
+                        "memory_gb": machine.device_memory_gb, "peak_bf16_tflops": acc["peak_bf16_tflops"]},
+        "nodes": profile["nodes"],
+        "host": {"cpu_cores": machine.cpu_cores, "memory_gb": machine.host_memory_gb, "hostname": machine.hostname},
+        "interconnect": dict(profile["interconnect"]),
+        "collective_backend": profile["collective_backend"],
+        "software": {k: v for k, v in software.items() if v is None or isinstance(v, (str, int))},
+        "runtime": {"kind": runtime, "image": image, "image_id": rt.get("image_id") or image_id,
+                    "lock_sha256": rt.get("lock_sha256")},
+    }
+
+
+def _command(args: argparse.Namespace) -> str:
+    parts = ["harness", "certify", args.profile]
+    if args.image:
+        parts += ["--image", args.image]
+    if args.out:
+        parts += ["--out", str(args.out)]
+    return " ".join(parts)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from harness.profiles import load_profile, mismatches, probe_machine
+    from harness.record import git_revision, utc_now
+
+    if os.environ.get("HARNESS_FAULT"):
+        raise HarnessError("HARNESS_FAULT is set; a certificate must not be produced with a fault injected",
+                           key_path="HARNESS_FAULT", fix="unset HARNESS_FAULT")
+    profile = load_profile(args.profile)
+    suite_file, suite = load_suite(args.profile)
+    machine = probe_machine()
+    bad = mismatches(profile, machine)
+    if bad:
+        raise HarnessError(f"this machine does not match profile '{args.profile}' ({len(bad)} mismatch"
+                           f"{'es' if len(bad) > 1 else ''}): " + "; ".join(bad), key_path="PROFILE",
+                           fix="certify on the profile's hardware and software (`harness probe` shows this machine)")
+    plans = [_plan(e, profile) for e in suite["entries"]]
+    runtime, image, image_id = _runtime(args.image, plans)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(args.out or Path("runs") / f"certify-{args.profile}-{stamp}")
+    if (out / CERT_FILE).exists() or (out / "runs").exists():
+        raise HarnessError("directory already holds a certification", file=str(out), fix="choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    checks: list[dict[str, Any]] = []
+    entries, entry_runs = [], []
+    first_manifest: dict[str, Any] | None = None
+    for plan in plans:
+        entry = plan["entry"]
+        dirs = [out / "runs" / entry["id"] / f"run-{k + 1}" for k in range(plan["runs"])]
+        for k, d in enumerate(dirs):
+            print(f"certify {args.profile}: {entry['id']} run {k + 1}/{len(dirs)} ({plan['steps']} steps, "
+                  f"{runtime}) -> {d}", file=sys.stderr, flush=True)
+            try:
+                _train(plan, d, runtime, image, args.quiet)
+            except HarnessError as err:  # a failed run fails its checks; the certificate says so
+                print(f"warning: {entry['id']} run {k + 1} failed: {err.one_line()}", file=sys.stderr)
+        if first_manifest is None and (dirs[0] / "manifest.json").is_file():
+            first_manifest = load_json_strict(dirs[0] / "manifest.json")
+        runs = [rel(d, out) for d in dirs]
+        checks += entry_checks(entry, profile, plan["baseline"], dirs, runs, write=True)
+        entries.append({"id": entry["id"], "recipe": entry["recipe"], "scale": entry["scale"], "steps": plan["steps"],
+                        "reference_baseline": entry["numerics"]["reference_baseline"],
+                        "tier": entry["numerics"]["tier"], "runs": runs})
+        entry_runs.append((entry["id"], dirs))
+    system = _system(profile, machine, first_manifest, runtime, image, image_id)
+    summary, result = summarize(checks)
+    recipes = sorted({Path(p["res"].path).resolve() for p in plans})
+    doc = {
+        "schema_version": 1, "created_utc": utc_now(), "command": _command(args),
+        "harness": {"version": __version__, **git_revision()},
+        "profile": {"name": profile["name"], "path": rel(PROFILES_DIR / f"{profile['name']}.json", ROOT),
+                    "description": profile["description"]},
+        "suite": {"path": rel(suite_file, ROOT), "notes": list(suite["notes"])},
+        "system": system, "entries": entries, "checks": checks,
+        "inputs": input_digests(ROOT, suite_file, PROFILES_DIR / f"{profile['name']}.json", recipes,
+                                sorted({p["baseline"] for p in plans}), system["runtime"]["image_id"]),
+        "results": result_digests(out, entry_runs), "summary": summary, "result": result,
+    }
+    check(doc, "certificate", str(out / CERT_FILE))
+    write_json_atomic(out / CERT_FILE, doc)
+    write_text_atomic(out / HTML_FILE, render_html(doc))
+    for c in checks:
+        print(f"  {c['outcome'].upper():>4}  {c['entry']}  {c['name']}: {c['detail']}")
+    print(f"{result.upper()} certification of {args.profile}: {summary['checks'] - summary['failed']}/"
+          f"{summary['checks']} checks passed ({summary['not_applicable']} not applicable); "
+          f"certificate: {out / CERT_FILE}")
+    return EXIT_OK if result == "pass" else EXIT_FINDINGS
+
+
+# ----------------------------------------------------------------------------- HTML
+_CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}"
+        "table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.3em .6em;"
+        "text-align:left;vertical-align:top}th{background:#f3f3f3}.pass{color:#0a6b0a;font-weight:bold}"
+        ".fail{color:#b00020;font-weight:bold}.not-applicable{color:#777}code{font-size:.85em;word-break:break-all}")
+
+
+def _rows(pairs: list[tuple[str, Any]]) -> str:
+    return "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in pairs)
+
+
+def _num(x: Any) -> str:
+    return "—" if x is None else f"{x:.6g}" if isinstance(x, float) else str(x)
+
+
+def render_html(doc: dict[str, Any]) -> str:
+    s = doc["system"]
+    acc, host, rt = s["accelerator"], s["host"], s["runtime"]
+    e = html.escape
+    system = _rows([
+        ("Accelerator", f"{acc['count']} x {acc['vendor']} {acc['model']} ({acc['memory_gb']} GB, peak "
+                        f"{acc['peak_bf16_tflops']} bf16 TFLOP/s)"),
+        ("Nodes", s["nodes"]), ("Host", f"{host['cpu_cores']} cores, {host['memory_gb']} GB ({host['hostname']})"),
+        ("Interconnect", f"intra-node: {s['interconnect']['intra_node']}; inter-node: "
+                         f"{s['interconnect']['inter_node']}"),
+        ("Collective backend", s["collective_backend"]),
+        ("Software", ", ".join(f"{k} {v}" for k, v in s["software"].items() if v is not None)),
+        ("Runtime", f"{rt['kind']}" + (f", image {rt['image']} ({rt['image_id']})" if rt["image"] else "")),
+    ])
+    checks = "".join(
+        f"<tr><td>{e(c['entry'])}</td><td>{e(c['name'])}</td><td class='{c['outcome']}'>{e(c['outcome'])}</td>"
+        f"<td>{_num(c['value'])}</td><td>{e(c['comparison'] or '')} {_num(c['threshold'])}</td><td>{e(c['unit'])}</td>"
+        f"<td>{e(c['detail'])}</td></tr>" for c in doc["checks"])
+    digests = "".join(f"<tr><td>input</td><td>{e(i['role'])}</td><td><code>{e(i['path'] or i['value'])}</code></td>"
+                      f"<td><code>{i['sha256']}</code></td></tr>" for i in doc["inputs"])
+    digests += "".join(f"<tr><td>result</td><td>{e(r['role'])}</td><td><code>{e(r['path'])}</code></td>"
+                       f"<td><code>{r['sha256']}</code></td></tr>" for r in doc["results"])
+    sm = doc["summary"]
+    notes = "".join(f"<li>{e(n)}</li>" for n in doc["suite"]["notes"])
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Certificate: {e(doc['profile']['name'])}"
+            f"</title><style>{_CSS}</style></head><body>"
+            f"<h1>Hardware certificate: {e(doc['profile']['name'])} — <span class='{doc['result']}'>"
+            f"{doc['result'].upper()}</span></h1>"
+            f"<p>{e(doc['profile']['description'])}<br>{sm['checks'] - sm['failed']}/{sm['checks']} checks passed "
+            f"({sm['not_applicable']} not applicable). Written {e(doc['created_utc'])} by harness "
+            f"{e(doc['harness']['version'])} ({e(str(doc['harness']['revision']))}): <code>{e(doc['command'])}</code>"
+            f"</p><h2>System under test</h2><table>{system}</table>"
+            f"<h2>Checks</h2><table><tr><th>Entry</th><th>Check</th><th>Outcome</th><th>Value</th><th>Limit</th>"
+            f"<th>Unit</th><th>Detail</th></tr>{checks}</table>"
+            f"<h2>Suite notes</h2><p><code>{e(doc['suite']['path'])}</code></p><ul>{notes}</ul>"
+            f"<h2>Digests (SHA-256)</h2><p>Verify with <code>harness verify-certificate {CERT_FILE}</code> "
+            f"(inputs relative to the repository root, results to this directory).</p>"
+            f"<table><tr><th></th><th>Role</th><th>File</th><th>SHA-256</th></tr>{digests}</table></body></html>\n")

@@ -1,0 +1,196 @@
+"""Hardware certification end to end on the cpu profile: certify, verify, tamper, refuse.
+
+Budget: one `harness certify cpu` per module (the cpu suite: the VL smoke recipe, two runs of its
+steps for the determinism repeat); every other test re-verifies copies of that certificate (no
+training). A profile this machine does not match is refused before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.jsonio import load_json_strict
+from harness.schema import schema_errors
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(os.environ.get("HARNESS_ROOT") or ROOT)  # where recipes, profiles and baselines are read from
+ENTRY = "qwen3-vl-30b-smoke"
+METRICS = f"runs/{ENTRY}/run-1/metrics.jsonl"
+BASELINE = "baselines/qwen3_vl_30b/cpu-smoke.json"
+RECIPE = "recipes/qwen3_vl_30b.json"
+
+
+def harness(cwd: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_FAULT"}
+    env.update(PYTHONPATH=str(ROOT), HARNESS_CACHE=str(cwd / "cache"))
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("certify")
+
+
+@pytest.fixture(scope="module")
+def certified(work: Path) -> dict[str, Any]:
+    out = work / "cert"
+    t0 = time.monotonic()
+    proc = harness(work, "certify", "cpu", "--out", str(out), "--quiet")
+    print(f"certify cpu: {time.monotonic() - t0:.0f} s")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"proc": proc, "dir": out, "doc": load_json_strict(out / "certificate.json")}
+
+
+def copy_cert(certified: dict[str, Any], dest: Path) -> Path:
+    shutil.copytree(certified["dir"], dest)
+    return dest / "certificate.json"
+
+
+def copy_root(doc: dict[str, Any], dest: Path) -> Path:
+    """A minimal checkout holding exactly the certificate's input files."""
+    for item in doc["inputs"]:
+        if item["path"]:
+            (dest / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(DATA / item["path"], dest / item["path"])
+    return dest
+
+
+def verify(work: Path, cert: Path, root: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return harness(work, "verify-certificate", str(cert), *(["--root", str(root)] if root else []))
+
+
+# ----------------------------------------------------------------------------- the certificate
+def test_certificate_structure(certified: dict[str, Any]) -> None:
+    doc, out = certified["doc"], certified["dir"]
+    assert schema_errors(doc, "certificate") == []
+    assert doc["result"] == "pass" and doc["profile"]["name"] == "cpu"
+    assert doc["profile"]["path"] == "recipes/hardware/cpu.json"
+    assert doc["suite"]["path"] == "recipes/certification/cpu.json"
+    sysd = doc["system"]
+    assert sysd["accelerator"]["count"] == 1 and sysd["host"]["cpu_cores"] >= 1
+    assert sysd["interconnect"] == {"intra_node": "none", "inter_node": "none"}
+    assert sysd["software"]["torch"] and sysd["runtime"]["kind"] == "local"
+    names = [c["name"] for c in doc["checks"]]
+    assert names == ["numerics", "throughput", "mfu", "memory", "determinism"]
+    assert all(c["outcome"] == "pass" for c in doc["checks"]), doc["checks"]
+    det = doc["checks"][-1]
+    assert det["value"] == 0 and det["run"] == f"runs/{ENTRY}/run-2"
+    roles = {(i["role"], i["path"]) for i in doc["inputs"]}
+    for need in [("suite", "recipes/certification/cpu.json"), ("profile", "recipes/hardware/cpu.json"),
+                 ("recipe", RECIPE), ("baseline", BASELINE)]:
+        assert need in roles
+    if (DATA / "constraints.txt").is_file():
+        assert ("lock", "constraints.txt") in roles
+    results = {r["path"] for r in doc["results"]}
+    for k in (1, 2):
+        for f in ("manifest.json", "metrics.jsonl", "verdict.json"):
+            assert f"runs/{ENTRY}/run-{k}/{f}" in results
+    assert not any(p.startswith("/") for p in results | {i["path"] or "" for i in doc["inputs"]})
+    html = (out / "certificate.html").read_text()
+    assert "PASS" in html and "determinism" in html
+    assert "PASS certification of cpu" in certified["proc"].stdout
+
+
+def test_verify_accepts_the_certificate_here_and_elsewhere(work: Path, certified: dict[str, Any]) -> None:
+    proc = verify(work, certified["dir"] / "certificate.json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("VERIFIED") and "result PASS" in proc.stdout
+    # moved: another directory for the certificate, another checkout holding only its inputs
+    cert = copy_cert(certified, work / "moved" / "cert")
+    root = copy_root(certified["doc"], work / "moved" / "root")
+    proc = verify(work, cert, root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ----------------------------------------------------------------------------- tampering
+def test_edited_metric_is_named(work: Path, certified: dict[str, Any]) -> None:
+    cert = copy_cert(certified, work / "t-metric")
+    path = cert.parent / METRICS
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[-1]["actor/pg_loss"] = rows[-1]["actor/pg_loss"] + 1e-9
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = verify(work, cert)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "certificate.json::/results/" in proc.stdout and f"digest mismatch for {METRICS}" in proc.stdout
+    assert "determinism" in proc.stdout  # the re-derived repeat check no longer holds either
+
+
+def test_edited_baseline_number_is_named(work: Path, certified: dict[str, Any]) -> None:
+    root = copy_root(certified["doc"], work / "t-baseline")
+    doc = load_json_strict(root / BASELINE)
+    doc["throughput"]["value"] *= 2
+    (root / BASELINE).write_text(json.dumps(doc, indent=2) + "\n")
+    proc = verify(work, certified["dir"] / "certificate.json", root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "certificate.json::/inputs/" in proc.stdout and f"digest mismatch for {BASELINE}" in proc.stdout
+
+
+def test_edited_recipe_is_named(work: Path, certified: dict[str, Any]) -> None:
+    root = copy_root(certified["doc"], work / "t-recipe")
+    text = (root / RECIPE).read_text()
+    (root / RECIPE).write_text(text.replace('"seed": 42', '"seed": 43', 1))
+    assert (root / RECIPE).read_text() != text
+    proc = verify(work, certified["dir"] / "certificate.json", root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"digest mismatch for {RECIPE}" in proc.stdout
+
+
+def test_result_contradicting_a_check_is_tampering(work: Path, certified: dict[str, Any]) -> None:
+    cert = copy_cert(certified, work / "t-result")
+    doc = load_json_strict(cert)
+    doc["checks"][1]["value"] = doc["checks"][1]["threshold"] / 2  # throughput below its floor ...
+    cert.write_text(json.dumps(doc, indent=2))  # ... while outcome and result still say pass
+    proc = verify(work, cert)
+    assert proc.returncode == 1
+    assert "certificate.json::/checks/1/value" in proc.stdout and "/checks/1/outcome" in proc.stdout
+    doc = load_json_strict(certified["dir"] / "certificate.json")
+    doc["result"] = "fail"
+    cert.write_text(json.dumps(doc, indent=2))
+    proc = verify(work, cert)
+    assert proc.returncode == 1 and "certificate.json::/result: 'fail' contradicts the checks" in proc.stdout
+
+
+def test_not_a_certificate_is_bad_input(work: Path, certified: dict[str, Any]) -> None:
+    proc = verify(work, certified["dir"] / "runs" / ENTRY / "run-1" / "manifest.json")
+    assert proc.returncode == 2 and "not a certificate" in proc.stderr
+    assert verify(work, work / "missing.json").returncode == 2
+
+
+# ----------------------------------------------------------------------------- refusal
+def test_mismatched_profile_is_refused_before_anything_runs(work: Path) -> None:
+    cwd = work / "refuse"
+    cwd.mkdir()
+    out = cwd / "cert"
+    proc = harness(cwd, "certify", "gpu-8x-h100-80g", "--out", str(out))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "does not match profile 'gpu-8x-h100-80g'" in proc.stderr and "device type" in proc.stderr
+    assert not out.exists() and not (cwd / "runs").exists()
+
+
+def test_cross_vendor_reference_is_judged_in_band(work: Path, certified: dict[str, Any]) -> None:
+    """A run of another profile (an NPU run against the GPU reference) is judged with the band tiers."""
+    from harness.certify import judge_reference
+
+    run = work / "cross" / "run"
+    shutil.copytree(certified["dir"] / "runs" / ENTRY / "run-1", run)
+    (run / "verdict.json").unlink()
+    manifest = load_json_strict(run / "manifest.json")
+    manifest["profile"] = "npu-16x-ascend-a3"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    v = judge_reference(run, DATA / BASELINE, "band", write=True)
+    assert v.status == "pass" and v.tiers_applied == ["band", "statistical"], v.reasons
+    assert "cross-vendor reference recorded on 'cpu'" in v.tier_reason
+    assert not any(c.group in ("throughput", "memory") for c in v.checks)
+    assert schema_errors(load_json_strict(run / "verdict.json"), "verdict") == []
+    assert judge_reference(run, DATA / BASELINE, "exact", write=False).status == "refused"

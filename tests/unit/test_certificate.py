@@ -1,0 +1,149 @@
+"""Certification suites and the pure parts of certificates (no training; see tests/integration/test_certify.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from harness import certify as C
+from harness.errors import HarnessError
+from harness.paths import SCHEMAS_DIR
+from harness.profiles import load_profile, profile_names
+from harness.schema_defs import all_schemas, render
+
+
+def test_generated_cert_schemas_are_committed() -> None:
+    for name in ("suite.schema.json", "certificate.schema.json"):
+        assert (SCHEMAS_DIR / name).read_text() == render(all_schemas()[name]), \
+            f"{name} is stale: run python -m harness.schema_defs"
+
+
+@pytest.mark.parametrize("profile", profile_names())
+def test_every_profile_has_a_runnable_suite(profile: str) -> None:
+    from harness.commands.run import preflight
+    from harness.recipe import resolve
+
+    prof = load_profile(profile)
+    path, suite = C.load_suite(profile)
+    assert path.name == f"{profile}.json" and suite["profile"] == profile
+    for entry in suite["entries"]:
+        res = resolve(entry["recipe"], profile, entry["scale"])
+        t = res.config["trainer"]
+        assert t["nnodes"] <= prof["nodes"], entry["id"]
+        assert t["nnodes"] * t["n_gpus_per_node"] <= prof["nodes"] * prof["accelerator"]["count_per_node"]
+        preflight(res)
+        ref = C.baseline_profile(entry)
+        assert ref in profile_names() and entry["numerics"]["reference_baseline"] == \
+            f"baselines/{entry['recipe']}/{ref}-{entry['scale']}.json"
+    if prof["device_type"] != "cpu":  # floors on hardware not measured here are documented as estimates
+        assert "estimate" in " ".join(suite["notes"]).lower()
+
+
+def test_npu_suite_is_judged_against_the_gpu_reference() -> None:
+    _, suite = C.load_suite("npu-16x-ascend-a3")
+    for entry in suite["entries"]:
+        assert C.baseline_profile(entry).startswith("gpu-")
+        assert entry["numerics"]["tier"] == "band"
+
+
+def _suite(tmp_path: Path, **patch: object) -> Path:
+    doc = json.loads(C.suite_path("cpu").read_text())
+    doc["entries"][0].update(patch)
+    if "dup" in patch:
+        doc["entries"][0].pop("dup")
+        doc["entries"].append(dict(doc["entries"][0]))
+    p = tmp_path / "cpu.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_suite_cross_field_errors(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match="duplicate entry id"):
+        C.load_suite_file(_suite(tmp_path, dup=True), "cpu")
+    bad = {"tier": "exact", "reference_baseline": "baselines/qwen3_vl_30b/gpu-8x-h200-141g-smoke.json"}
+    with pytest.raises(HarnessError, match="exact tier against another profile"):
+        C.load_suite_file(_suite(tmp_path, numerics=bad), "cpu")
+    with pytest.raises(HarnessError, match="not 'gpu-1x-h200'"):
+        C.load_suite_file(_suite(tmp_path), "gpu-1x-h200")
+    with pytest.raises(HarnessError, match="unknown key"):
+        C.load_suite_file(_suite(tmp_path, mfu=0.1), "cpu")
+
+
+ENTRY = {"id": "e", "recipe": "r", "scale": "smoke", "throughput_floor_tokens_per_s_per_device": 100.0,
+         "mfu_floor": 0.01, "memory_budget_fraction": 0.5, "determinism_repeat": True,
+         "numerics": {"tier": "band", "reference_baseline": "baselines/r/cpu-smoke.json"}}
+
+
+def _run(tmp_path: Path, name: str, rows: list[dict[str, float]], deterministic: bool = True) -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": k + 1, **r}) + "\n" for k, r in enumerate(rows)))
+    (d / "manifest.json").write_text(json.dumps({"deterministic": deterministic}))
+    return d
+
+
+def _rows(loss_last: float = 0.25) -> list[dict[str, float]]:
+    rows = [{"actor/pg_loss": 0.1 * k, "perf/throughput": 1000.0 + k, "perf/mfu": 0.02,
+             "perf/max_memory_allocated_gb": 0.5 + k / 100, "timing_s/step": 1.0 + k} for k in range(6)]
+    rows[-1]["actor/pg_loss"] = loss_last
+    return rows
+
+
+def test_perf_checks_numbers() -> None:
+    series = C.load_series(Path("/nonexistent"))
+    assert series == {}
+    prof = load_profile("cpu")
+    series = {"perf/throughput": {k: 1000.0 + k for k in range(1, 7)}, "perf/mfu": {k: 0.02 for k in range(1, 7)},
+              "perf/max_memory_allocated_gb": {k: 0.5 + k / 100 for k in range(1, 7)}}
+    tp, mfu, mem = C.perf_checks(ENTRY, prof, series, "runs/e/run-1")
+    assert tp["value"] == pytest.approx(1005.7) and tp["outcome"] == "pass" and tp["comparison"] == ">="
+    assert mfu["value"] == pytest.approx(0.02) and mfu["outcome"] == "pass"
+    assert mem["value"] == pytest.approx(0.56) and mem["threshold"] == 4.0 and mem["outcome"] == "pass"
+    slow = C.perf_checks({**ENTRY, "throughput_floor_tokens_per_s_per_device": 5000.0}, prof, series, "r")[0]
+    assert slow["outcome"] == "fail"
+    empty = C.perf_checks(ENTRY, prof, {}, "r")
+    assert [c["outcome"] for c in empty] == ["fail", "fail", "fail"] and empty[0]["value"] is None
+
+
+def test_determinism_check(tmp_path: Path) -> None:
+    a = _run(tmp_path, "a", _rows())
+    same = _run(tmp_path, "b", [{**r, "timing_s/step": 9.0, "perf/throughput": 1.0} for r in _rows()])
+    c = C.determinism_check(ENTRY, [a, same], ["a", "b"])
+    assert c["value"] == 0 and c["outcome"] == "pass" and c["run"] == "b"
+    ulp = _run(tmp_path, "c", _rows(math.nextafter(0.25, 1.0)))
+    c = C.determinism_check(ENTRY, [a, ulp], ["a", "c"])
+    assert c["value"] == 1 and c["outcome"] == "fail" and "step 6: actor/pg_loss" in c["detail"]
+    loose = _run(tmp_path, "d", _rows(), deterministic=False)
+    c = C.determinism_check(ENTRY, [a, loose], ["a", "d"])
+    assert c["outcome"] == "not-applicable" and c["value"] is None
+
+
+def test_outcomes_and_summary() -> None:
+    base = {"value": 1.0, "threshold": 2.0, "comparison": "<="}
+    assert C.derive_outcome(base) == "pass"
+    assert C.derive_outcome({**base, "comparison": ">="}) == "fail"
+    assert C.derive_outcome({**base, "value": None}) == "fail"
+    assert C.derive_outcome({**base, "comparison": None}) == "not-applicable"
+    checks = [{"outcome": "pass"}, {"outcome": "not-applicable"}, {"outcome": "fail"}]
+    assert C.summarize(checks) == ({"checks": 3, "failed": 1, "not_applicable": 1}, "fail")
+    assert C.summarize(checks[:2])[1] == "pass"
+
+
+def test_verify_bad_input_and_schema(tmp_path: Path) -> None:
+    p = tmp_path / "certificate.json"
+    p.write_text("[1, 2]")
+    with pytest.raises(HarnessError, match="not a certificate") as err:
+        C.verify(p)
+    assert err.value.exit_code == 2
+    p.write_text(json.dumps({"inputs": [], "results": [], "checks": []}))
+    problems = C.verify(p)
+    assert problems and all(x.startswith(f"{p}::") and "fails its schema" in x for x in problems)
+
+
+def test_relative_paths_stay_inside(tmp_path: Path) -> None:
+    assert C.rel(tmp_path / "a" / "b.json", tmp_path) == "a/b.json"
+    with pytest.raises(HarnessError, match="not inside"):
+        C.rel(tmp_path.parent, tmp_path)
