@@ -1,0 +1,41 @@
+"""The committed JSON Schemas are generated from harness/schema_defs.py and their enums from the registries."""
+
+from __future__ import annotations
+
+import json
+
+from jsonschema import Draft202012Validator
+
+from harness import schema_defs
+from harness.core import algos, reward, tasks
+from harness.paths import SCHEMAS_DIR
+
+
+def test_committed_schemas_are_up_to_date() -> None:
+    for name, schema in schema_defs.all_schemas().items():
+        committed = (SCHEMAS_DIR / name).read_text(encoding="utf-8")
+        assert committed == schema_defs.render(schema), f"{name} is stale: run `python -m harness.schema_defs`"
+        Draft202012Validator.check_schema(json.loads(committed))
+
+
+def test_enums_match_the_registries() -> None:
+    assert schema_defs.ADV_ESTIMATORS == sorted(algos.ADV_ESTIMATORS)
+    assert schema_defs.POLICY_LOSSES == sorted(algos.POLICY_LOSSES)
+    assert schema_defs.KL_KINDS == sorted(algos.KL_KINDS)
+    assert schema_defs.AGG_MODES == sorted(algos.AGG_MODES)
+    assert schema_defs.REWARDS == sorted(reward.reward_names())
+    assert schema_defs.TASKS == sorted(tasks.task_names())
+
+
+def test_every_field_is_described() -> None:
+    def walk(node: object, path: str) -> list[str]:
+        missing = []
+        if isinstance(node, dict):
+            if "type" in node and "description" not in node and not path.endswith("/items"):
+                missing.append(path)
+            for key, sub in (node.get("properties") or {}).items():
+                missing += walk(sub, f"{path}/{key}")
+        return missing
+
+    for name, schema in schema_defs.all_schemas().items():
+        assert walk(schema, name) == [], f"undescribed fields in {name}"
