@@ -190,6 +190,10 @@ def numerics_check(entry: dict[str, Any], run_dir: Path, run: str, baseline_path
     detail = (f"tier {v.tier} ({', '.join(v.tiers_applied)}) vs {entry['numerics']['reference_baseline']}: "
               f"{len(gated) - len(bad)}/{len(gated)} gated checks passed"
               + (f"; first failure {bad[0].group} {bad[0].metric}: {bad[0].detail}" if bad else ""))
+    other = sorted({c.group for c in v.checks if c.group not in groups and not c.passed})
+    if other:
+        detail += (f"; verdict.json also failed {', '.join(other)} against the baseline's own numbers "
+                   "(informational: the suite's floors judge performance)")
     return _check(entry, "numerics", run, float(len(bad)), 0, "<=", "failed checks", detail)
 
 

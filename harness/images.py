@@ -424,6 +424,7 @@ def stage_context(kind: str, repo_root: Path, wheelhouse: Path | None) -> Path:
     src = ctx / "src"
     src.mkdir()
     _copy_tree(repo_root / "harness", src / "harness")
+    _copy_tree(repo_root / "recipes" / "hardware", src / "recipes" / "hardware")  # profiles are project data
     for p in (repo_root / "schemas", repo_root / "pyproject.toml", repo_root / "LICENSE"):
         if p.is_dir():
             _copy_tree(p, src / p.name)
