@@ -72,15 +72,25 @@ def torchrun_command(res: Resolved, args: argparse.Namespace, run_dir: Path, lay
     return cmd
 
 
-_FAIL = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+_FAIL = re.compile(r"^\s*rank\s*:\s*(\d+)\b.*\n\s*exitcode\s*:\s*(-?\d+)", re.M)
+
+
+def _exit(code: int) -> str:
+    return f"signal {-code}" if code < 0 else f"code {code}"
 
 
 def failure_summary(output: str) -> str:
-    """One line naming the failed rank(s) and why, from torchrun's failure report and rank errors."""
-    ranks = sorted({(int(r), int(c)) for r, c in _FAIL.findall(output)})
-    errors = [line.strip() for line in output.splitlines() if line.startswith("error: rank")]
-    parts = [f"rank {r} exited with {'signal ' + str(-c) if c < 0 else 'code ' + str(c)}" for r, c in ranks]
-    parts += errors[:1]
+    """One line naming the failed rank(s) and why, from torchrun's failure report and rank errors.
+
+    torchrun's report lists the root cause (the first rank to fail) after the others; the root
+    cause comes first here, the ranks the agent then stopped after it.
+    """
+    head, _, root = output.rpartition("Root Cause")
+    first = _FAIL.findall(root) if head else []
+    others = [f for f in _FAIL.findall(head if head else output) if f not in first]
+    parts = [f"rank {r} exited with {_exit(int(c))} (first failure)" for r, c in first]
+    parts += [f"rank {r} exited with {_exit(int(c))}" for r, c in others]
+    parts += [line.strip() for line in output.splitlines() if line.startswith("error: rank")][:1]
     return "; ".join(parts) or "torchrun failed (no rank report)"
 
 

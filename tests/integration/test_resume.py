@@ -90,6 +90,10 @@ def _partial(run_dir: Path, step: int) -> bool:
                                  for p in root.iterdir())
 
 
+def _steps(run_dir: Path) -> list[int]:
+    return [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")]
+
+
 def test_kill9_then_resume_matches(check: dict, tmp_path: Path) -> None:
     """Three kill -9 points in one run's life, each followed by a resume; the end result is bitwise."""
     run = tmp_path / "run"
@@ -107,8 +111,12 @@ def test_kill9_then_resume_matches(check: dict, tmp_path: Path) -> None:
     # 2. --resume with no complete checkpoint starts over; killed at a random moment after step 3's checkpoint
     proc = start("--resume", str(run))
     _wait_for(lambda: (run / "checkpoints" / "step-000003" / "COMPLETE").is_file(), proc, 900, "checkpoint 3")
-    delay = random.uniform(0.0, 6.0)
-    print(f"kill -9 {delay:.1f} s after checkpoint 3")
+    saved = time.time()
+    _wait_for(lambda: 4 in _steps(run), proc, 900, "step 4")
+    # steps 5 and 6 and the last checkpoint are still ahead: a delay under one step's time lands in them
+    step_s = time.time() - saved
+    delay = random.uniform(0.0, step_s)
+    print(f"kill -9 {delay:.1f} s after step 4 (one step took {step_s:.1f} s)")
     time.sleep(delay)
     assert proc.poll() is None, "the run finished before it could be killed"
     _kill9(proc)

@@ -63,15 +63,36 @@ def test_layout_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_failure_summary_names_the_rank() -> None:
-    report = """
-    Root Cause (first observed failure):
-    [0]:
-      time      : 2026-11-30_06:00:00
-      host      : node
-      rank      : 1 (local_rank: 1)
-      exitcode  : -9 (pid: 123)
-      error_file: <N/A>
-    error: rank 0: step failed
-    """
-    assert torchrun.failure_summary(report) == "rank 1 exited with signal 9"
+    # torchrun 2.x's report, as printed when rank 1 was killed with SIGKILL and the agent stopped rank 0
+    report = """\
+E1130 08:48:29.313000 24877 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) \
+local_rank: 1 (pid: 24883) of binary: /usr/bin/python
+=======================================================
+harness.runtime.rank FAILED
+-------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-30_08:48:29
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 24882)  (SIGTERM)
+  error_file: <N/A>
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-30_08:48:29
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 24883)  (SIGKILL)
+  error_file: <N/A>
+=======================================================
+error: rank 0: step failed
+"""
+    assert torchrun.failure_summary(report) == (
+        "rank 1 exited with signal 9 (first failure); rank 0 exited with signal 15; error: rank 0: step failed")
+    only_root = report[report.index("Root Cause"):]
+    assert torchrun.failure_summary("Failures:\n  <NO_OTHER_FAILURES>\n" + only_root).startswith(
+        "rank 1 exited with signal 9 (first failure)")
+    assert torchrun.failure_summary("  rank      : 3 (local_rank: 3)\n  exitcode  : 1 (pid: 9)\n") == \
+        "rank 3 exited with code 1"
     assert torchrun.failure_summary("nothing useful") == "torchrun failed (no rank report)"
