@@ -184,7 +184,7 @@ def save_checkpoint(trainer: Any, run_dir: Path, step: int, *, config: dict[str,
                     manifest: dict[str, Any] | None, keep: int | None) -> Path:
     """Write ``checkpoints/step-<step>/`` (collective: every rank calls it) and prune to ``keep``."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     dist, root, name = trainer.dist, run_dir / CKPT_DIR, ckpt_name(step)
     nonce = None
@@ -192,8 +192,13 @@ def save_checkpoint(trainer: Any, run_dir: Path, step: int, *, config: dict[str,
         nonce = secrets.token_hex(6)
         (root / f"{name}.tmp-{nonce}").mkdir(parents=True)
     tmp = root / f"{name}.tmp-{dist.all_gather_objects(nonce)[0]}"  # also a barrier: the directory exists
-    model_sd, optim_sd = get_state_dict(trainer.models.actor, trainer.optimizer)
+    # accelerator runs stage the state to host memory first: the writer then serialises plain CPU
+    # tensors (no asynchronous device-to-host copies racing the serialiser)
+    on_host = next(trainer.models.actor.parameters()).device.type == "cpu"
+    options = StateDictOptions(cpu_offload=not on_host)
+    model_sd, optim_sd = get_state_dict(trainer.models.actor, trainer.optimizer, options=options)
     _dcp(dcp.save, {"model": model_sd, "optim": optim_sd}, tmp)
+    del model_sd, optim_sd
     extra = {"rank": dist.rank, "rng": rng_pack()}
     path = tmp / f"extra-rank{dist.rank}.pt"
     buf = io.BytesIO()  # serialise in memory: torch's zip writer checks file positions, which some
