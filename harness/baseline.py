@@ -167,7 +167,7 @@ def environment_summary(manifest: dict[str, Any]) -> dict[str, Any]:
     return {
         "deterministic": manifest["deterministic"],
         "software": {k: sw.get(k) for k in ("python", "torch", "transformers", "tokenizers", "numpy", "cuda",
-                                            "torch_npu", "threads")},
+                                            "torch_npu", "threads", "cpu_capability")},
         "machine": {"arch": arch, "device_type": mach["device_type"], "device_model": mach["device_model"],
                     "device_count": mach["device_count"]},
         "runtime": {"kind": rt["kind"], "world_size": rt["world_size"], "image_id": rt["image_id"],

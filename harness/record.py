@@ -62,7 +62,8 @@ def software_versions() -> dict[str, Any]:
                            "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
                            "numpy": numpy.__version__, "cuda": torch.version.cuda,
                            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-                           "torch_npu": None, "threads": torch.get_num_threads()}
+                           "torch_npu": None, "threads": torch.get_num_threads(),
+                           "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     try:
         import torch_npu  # type: ignore[import-not-found]
 

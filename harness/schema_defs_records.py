@@ -45,6 +45,9 @@ def _software(extra: bool) -> dict[str, Any]:
         "torch_npu": string("torch_npu version; null when not installed.", nullable=True),
     }
     props["threads"] = integer("torch intra-op threads (changes CPU reduction order).", 1)
+    props["cpu_capability"] = string("CPU instruction set torch dispatches its kernels to "
+                                     "(torch.backends.cpu.get_cpu_capability(): AVX512, AVX2, DEFAULT …); "
+                                     "a different one changes CPU bits.", min_length=1)
     if extra:
         props["cudnn"] = integer("cuDNN version number; null when unavailable.", 0, nullable=True)
     return obj("Software stack the run used.", props)

@@ -3,7 +3,7 @@
 From random init a policy never writes ``<think>…</think>\\boxed{…}``, every reward is 0 and
 GRPO has no signal. The warm-start fine-tunes on demonstrations whose boxed answers are random
 valid choices, so afterwards the format is right and accuracy is at chance: GRPO still has to
-learn the task. The result is cached under the hash of everything that produced it.
+learn the task. The result is cached under the hash of everything that produced it, the core's source included.
 """
 
 from __future__ import annotations
@@ -31,13 +31,21 @@ def cache_dir() -> Path:
     return Path(os.environ.get("HARNESS_CACHE") or Path.home() / ".cache" / "harness") / "warm_start"
 
 
+def code_fingerprint() -> str:
+    """SHA-256 over the training core's source: a changed core never reuses a stale warm start."""
+    h = hashlib.sha256()
+    for src in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(src.name.encode() + b"\0" + src.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def cache_key(tr: GRPOTrainer) -> str:
     cfg = tr.cfg
     blob = {
         "model": cfg["model"], "data": cfg["data"], "warm_start": cfg["warm_start"], "seed": tr.seed,
         "override_config": cfg["actor_rollout_ref"]["model"]["override_config"],
         "tokenizer": hashlib.sha256(tr.tok.backend_tokenizer.to_str().encode()).hexdigest(),
-        "harness": __version__, "torch": torch.__version__, "device": tr.device.type,
+        "harness": __version__, "code": code_fingerprint(), "torch": torch.__version__, "device": tr.device.type,
         "deterministic": cfg["deterministic"],
     }
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:24]

@@ -1,0 +1,41 @@
+"""The warm-start cache key: everything that decides the weights, the training core's source included."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from harness.core import warmstart
+
+
+def _trainer(seed: int = 42) -> SimpleNamespace:
+    cfg = {"model": {"family": "qwen3"}, "data": {"max_response_length": 8}, "warm_start": {"steps": 3},
+           "actor_rollout_ref": {"model": {"override_config": {}}}, "deterministic": True}
+    tok = SimpleNamespace(backend_tokenizer=SimpleNamespace(to_str=lambda: '{"vocab": 1}'))
+    return SimpleNamespace(cfg=cfg, seed=seed, tok=tok, device=torch.device("cpu"))
+
+
+def test_key_is_stable_and_follows_its_inputs() -> None:
+    assert warmstart.cache_key(_trainer()) == warmstart.cache_key(_trainer())
+    assert warmstart.cache_key(_trainer(1)) != warmstart.cache_key(_trainer(2))
+
+
+def test_a_changed_core_gets_a_new_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cached warm start trained by older core code must not be reused (its weights differ)."""
+    before = warmstart.cache_key(_trainer())
+    assert len(warmstart.code_fingerprint()) == 64
+    monkeypatch.setattr(warmstart, "code_fingerprint", lambda: "0" * 64)
+    assert warmstart.cache_key(_trainer()) != before
+
+
+def test_fingerprint_covers_every_core_module(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    core = tmp_path / "core"
+    core.mkdir()
+    (core / "warmstart.py").write_text("a = 1\n")
+    (core / "update.py").write_text("b = 1\n")
+    monkeypatch.setattr(warmstart, "__file__", str(core / "warmstart.py"))
+    first = warmstart.code_fingerprint()
+    (core / "update.py").write_text("b = 2\n")
+    assert warmstart.code_fingerprint() != first
