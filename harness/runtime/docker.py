@@ -238,22 +238,11 @@ def container_options(
     return options
 
 
-def run_in_docker(
-    inner_args: list[str],
-    *,
-    image: str,
-    run_dir: Path,
-    recipes_dir: Path,
-    mounts_ro: dict[Path, str] | None = None,
-    devices: str = "cpu",
-    device_count: int = 0,
-    env: dict[str, str] | None = None,
-    mem_limit: str = "8g",
-    pids_limit: int = 512,
-) -> int:
+def run_in_docker(inner_args: list[str], *, image: str, run_dir: Path, recipes_dir: Path, **settings: Any) -> int:
     """Run ``python -m harness <inner_args>`` in ``image``; stream its output; return its exit code.
 
     Paths inside ``inner_args`` must already be container paths (``/recipes/...``, ``/run-dir``).
+    ``settings`` are :func:`container_options`' (devices, device_count, env, mounts_ro, limits).
     The container is removed afterwards, whatever happened.
     """
     run_dir = Path(run_dir)
@@ -271,26 +260,15 @@ def run_in_docker(
                 f"image {image} has no {LOCK_LABEL} label, so it is not a harness image",
                 fix="build it with `python -m harness build-image cpu` (or cuda / ascend)",
             )
-        options = container_options(
-            image_id=img.id,
-            lock_sha256=labels[LOCK_LABEL],
-            run_dir=run_dir,
-            recipes_dir=recipes_dir,
-            mounts_ro=mounts_ro,
-            devices=devices,
-            device_count=device_count,
-            env=env,
-            mem_limit=mem_limit,
-            pids_limit=pids_limit,
-            group_add=group_add,
-        )
+        options = container_options(image_id=img.id, lock_sha256=labels[LOCK_LABEL], run_dir=run_dir,
+                                    recipes_dir=recipes_dir, group_add=group_add, **settings)
         # Every harness image's ENTRYPOINT runs `python -m harness` (Ascend's first sources CANN's env).
         container = cli.containers.create(img.id, command=[str(a) for a in inner_args], **options)
         try:
             container.start()
         except Exception as err:  # noqa: BLE001 - report the daemon's reason in one line
             text = str(err).splitlines()[0] if str(err) else type(err).__name__
-            fix = "install the NVIDIA container toolkit on the host" if devices == "cuda" else None
+            fix = "install the NVIDIA container toolkit on the host" if settings.get("devices") == "cuda" else None
             raise HarnessError(f"the container did not start: {text}", fix=fix) from err
         cli.api.timeout = None  # a run can print nothing for longer than any request timeout
         out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None

@@ -207,17 +207,7 @@ class Scanner:
                 i += 2
                 continue
             start = i
-            while i < self.n and src[i] not in " \t\n":
-                if src[i] == "'":
-                    i = skip_single(src, i)
-                elif src[i] == '"':
-                    i = skip_double(src, i)
-                elif src[i] == "$":
-                    i = skip_dollar(src, i)
-                elif src[i] == "\\":
-                    i += 2
-                else:
-                    i += 1
+            i = _word_end(src, i, " \t\n", meta=False)
             if src[start:i] == stop or src[start:i].rstrip(";") == stop:
                 return start + len(stop)
         raise BashSyntaxError(f"missing '{stop}'", i)
@@ -397,8 +387,9 @@ def _is_assignment(word: str) -> bool:
     return bool(name) and name.isidentifier() and name.isascii()
 
 
-def _word_end(src: str, i: int, stops: str = "") -> int:
-    while i < len(src) and src[i] not in META and src[i] not in stops:
+def _word_end(src: str, i: int, stops: str = "", *, meta: bool = True) -> int:
+    """End of the shell word at ``i``: quotes and ``$`` constructs inside are skipped whole."""
+    while i < len(src) and src[i] not in stops and not (meta and src[i] in META):
         if src[i] == "'":
             i = skip_single(src, i)
         elif src[i] == '"':

@@ -64,52 +64,43 @@ def skip_backtick(src: str, i: int) -> int:
     raise BashSyntaxError("unterminated backquote", i)
 
 
-def skip_braced(src: str, i: int) -> int:
-    """``${...}`` starting at the ``$``; nested braces, quotes and expansions allowed."""
-    j, depth = i + 2, 1
+def _balanced(src: str, i: int, start: int, depth: int, opener: str, closer: str, what: str, *,
+              quoted: bool = False, expansions: bool = False) -> int:
+    """End of a bracketed construct: scan from ``start`` at ``depth`` until it returns to 0.
+
+    ``quoted``: quotes, escapes and backquotes inside are skipped whole; ``expansions``: so are
+    ``$`` constructs. ``i`` (where the construct began) is only for the error.
+    """
+    j = start
     while j < len(src):
         c = src[j]
-        if c == "\\":
+        if quoted and c == "\\":
             j += 2
             continue
-        if c == "'":
-            j = skip_single(src, j)
+        if quoted and c in "'\"`":
+            j = {"'": skip_single, '"': skip_double, "`": skip_backtick}[c](src, j)
             continue
-        if c == '"':
-            j = skip_double(src, j)
-            continue
-        if c == "$":
+        if expansions and c == "$":
             j = skip_dollar(src, j)
             continue
-        if c == "`":
-            j = skip_backtick(src, j)
-            continue
-        if c == "{":
+        if c == opener:
             depth += 1
-        elif c == "}":
+        elif c == closer:
             depth -= 1
             if depth == 0:
                 return j + 1
         j += 1
-    raise BashSyntaxError("unterminated ${...}", i)
+    raise BashSyntaxError(f"unterminated {what}", i)
+
+
+def skip_braced(src: str, i: int) -> int:
+    """``${...}`` starting at the ``$``; nested braces, quotes and expansions allowed."""
+    return _balanced(src, i, i + 2, 1, "{", "}", "${...}", quoted=True, expansions=True)
 
 
 def skip_arith(src: str, i: int) -> int:
     """``$((...))`` starting at the ``$``."""
-    j, depth = i + 3, 2
-    while j < len(src):
-        c = src[j]
-        if c == "$":
-            j = skip_dollar(src, j)
-            continue
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return j + 1
-        j += 1
-    raise BashSyntaxError("unterminated $((...))", i)
+    return _balanced(src, i, i + 3, 2, "(", ")", "$((...))", expansions=True)
 
 
 def skip_dollar(src: str, i: int) -> int:
@@ -137,27 +128,9 @@ def skip_dollar(src: str, i: int) -> int:
 
 def skip_old_arith(src: str, i: int) -> int:
     """``$[...]`` (old arithmetic) starting at the ``$``."""
-    j, depth = i + 2, 1
-    while j < len(src):
-        if src[j] == "[":
-            depth += 1
-        elif src[j] == "]":
-            depth -= 1
-            if depth == 0:
-                return j + 1
-        j += 1
-    raise BashSyntaxError("unterminated $[...]", i)
+    return _balanced(src, i, i + 2, 1, "[", "]", "$[...]")
 
 
 def parens_end(src: str, i: int) -> int:
     """End of ``((...))`` starting at ``i``."""
-    depth = 0
-    for j in range(i, len(src)):
-        if src[j] == "(":
-            depth += 1
-        elif src[j] == ")":
-            depth -= 1
-            if depth == 0:
-                return j + 1
-    raise BashSyntaxError("unterminated ((...))", i)
-
+    return _balanced(src, i, i, 0, "(", ")", "((...))")

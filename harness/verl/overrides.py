@@ -248,14 +248,7 @@ def parse_override(raw: str, line: int, unknown: tuple[Any, ...] = ()) -> Overri
 def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     root: dict[str, Any] = {}
     for key, value in flat.items():
-        node = root
-        parts = key.split(".")
-        for part in parts[:-1]:
-            nxt = node.get(part)
-            if not isinstance(nxt, dict):
-                nxt = node[part] = {}
-            node = nxt
-        node[parts[-1]] = copy.deepcopy(value)
+        set_path(root, key, value)
     return root
 
 
