@@ -27,7 +27,7 @@ from typing import Any
 
 from harness import __version__
 from harness.errors import HarnessError
-from harness.runtime.docker import LOCK_LABEL, client
+from harness.runtime.docker import LOCK_LABEL, SOURCE_LABEL, client, source_digest
 
 KINDS = ("cpu", "cuda", "ascend")
 IMAGE_NAMES = {"cpu": "harness-cpu", "cuda": "harness-cuda", "ascend": "harness-ascend"}
@@ -527,7 +527,8 @@ def build_image(kind: str, *, repo_root: Path, refresh_base: bool = False, build
         log(f"image: building {tag} from {ctx}")
         image_id = None
         stream = cli.api.build(path=str(ctx), tag=tag, buildargs=buildargs, rm=True, forcerm=True,
-                               pull=False, decode=True, network_mode="none" if kind == "cpu" else None)
+                               pull=False, decode=True, network_mode="none" if kind == "cpu" else None,
+                               labels={SOURCE_LABEL: source_digest(repo_root)})
         for chunk in stream:
             if "error" in chunk:
                 raise HarnessError(f"docker build failed: {chunk['error'].strip()}", file=f"images/{kind}/Dockerfile")

@@ -15,6 +15,7 @@ driver files Huawei's container guide asks to mount read-only.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ RUN_DIR = "/run-dir"
 RECIPES_DIR = "/recipes"
 HOME_DIR = "/home/harness"
 LOCK_LABEL = "io.harness.lock-sha256"
+SOURCE_LABEL = "io.harness.source-sha256"  # the project files the image carries (see source_digest)
 DEVICES = ("cpu", "cuda", "npu")
 
 # Huawei's container guide: per-chip nodes plus three management nodes ...
@@ -74,6 +76,35 @@ def _get_image(cli, image: str):
             f"image {image} is not present in the local Docker daemon",
             fix="build it with `python -m harness build-image cpu` (or cuda / ascend)",
         ) from err
+
+
+def source_files(repo_root: Path) -> list[Path]:
+    """The project files an image carries: the package, the hardware profiles, schemas, pyproject."""
+    root = Path(repo_root)
+    files = [p for p in (root / "harness").rglob("*") if p.is_file() and "__pycache__" not in p.parts
+             and p.suffix != ".pyc" and not p.name.startswith(".")]
+    files += list((root / "recipes" / "hardware").glob("*.json")) + list((root / "schemas").rglob("*.json"))
+    files += [p for p in (root / "pyproject.toml",) if p.is_file()]
+    return sorted(files)
+
+
+def source_digest(repo_root: Path) -> str:
+    """SHA-256 over the relative paths and bytes of :func:`source_files`: an image whose label differs
+    runs other code than this checkout."""
+    root, h = Path(repo_root), hashlib.sha256()
+    for path in source_files(root):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def stale_reason(image_labels: dict[str, str], repo_root: Path) -> str | None:
+    """Why an image does not run this checkout's code (None when it does)."""
+    built = image_labels.get(SOURCE_LABEL)
+    if built is None:
+        return f"the image has no {SOURCE_LABEL} label (built by an older harness)"
+    if built != source_digest(repo_root):
+        return f"the image was built from other sources than this checkout ({SOURCE_LABEL} {built[:12]}…)"
+    return None
 
 
 def docker_status(image: str) -> tuple[bool, str]:
@@ -260,6 +291,12 @@ def run_in_docker(inner_args: list[str], *, image: str, run_dir: Path, recipes_d
                 f"image {image} has no {LOCK_LABEL} label, so it is not a harness image",
                 fix="build it with `python -m harness build-image cpu` (or cuda / ascend)",
             )
+        from harness.paths import ROOT
+
+        stale = stale_reason(labels, ROOT)
+        if stale is not None:
+            raise HarnessError(f"image {image}: {stale}", fix="rebuild it (`nox -s build-image -- cpu`, or cuda / "
+                               "ascend) or run with --runtime local")
         options = container_options(image_id=img.id, lock_sha256=labels[LOCK_LABEL], run_dir=run_dir,
                                     recipes_dir=recipes_dir, group_add=group_add, **settings)
         # Every harness image's ENTRYPOINT runs `python -m harness` (Ascend's first sources CANN's env).

@@ -181,3 +181,30 @@ def test_stack_works_sealed(image_id, dirs):
     report, _ = _probe(image_id, run_dir, recipes, code=STACK)
     assert report["torch"] == "2.13.0+cpu"
     assert (run_dir / "plot.png").stat().st_size > 0
+
+
+def _numeric_rows(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in rows]
+
+
+def test_recipe_in_docker_matches_the_local_run_bitwise(image_id, tmp_path):
+    """The same recipe run locally and inside the sealed image: every metric equal to the bit."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "HARNESS_CACHE": str(tmp_path / "cache")}
+    outs = {}
+    for runtime in ("local", "docker"):
+        outs[runtime] = tmp_path / runtime
+        proc = subprocess.run([sys.executable, "-m", "harness", "run", "qwen3_vl_30b", "--profile", "cpu", "--steps",
+                               "4", "--runtime", runtime, "--image", IMAGE, "--out", str(outs[runtime]), "--quiet"],
+                              capture_output=True, text=True, timeout=1800, env=env, cwd=tmp_path)
+        assert (outs[runtime] / "metrics.jsonl").is_file(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    manifest = json.loads((outs["docker"] / "manifest.json").read_text())
+    assert manifest["runtime"]["kind"] == "docker" and manifest["runtime"]["image_id"] == image_id
+    assert manifest["status"] == "complete"
+    local, sealed = _numeric_rows(outs["local"]), _numeric_rows(outs["docker"])
+    assert len(local) == len(sealed) == 5  # step 0 (validation before training) and 4 steps
+    assert local == sealed

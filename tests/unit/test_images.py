@@ -325,3 +325,25 @@ def test_run_dir_for_a_non_root_caller_is_shared_through_its_group(tmp_path: Pat
     st = run.stat()
     assert groups == [st.st_gid]
     assert st.st_mode & 0o2070 == 0o2070
+
+
+def test_source_digest_names_a_stale_image(tmp_path: Path) -> None:
+    """An image built from other sources than the checkout is detected (auto falls back, docker refuses)."""
+    from harness.runtime.docker import SOURCE_LABEL, source_digest, stale_reason
+
+    for rel, text in {"harness/a.py": "x = 1\n", "harness/assets/t.json": "{}", "recipes/hardware/cpu.json": "{}",
+                      "schemas/v1/r.json": "{}", "pyproject.toml": "[project]\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    digest = source_digest(tmp_path)
+    assert stale_reason({SOURCE_LABEL: digest}, tmp_path) is None
+    (tmp_path / "harness" / "__pycache__").mkdir()
+    (tmp_path / "harness" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "recipes" / "qwen.json").write_text("{}")  # recipes are mounted, not baked in
+    assert source_digest(tmp_path) == digest
+    for rel in ("harness/a.py", "harness/assets/t.json", "recipes/hardware/cpu.json", "schemas/v1/r.json"):
+        before = (tmp_path / rel).read_text()
+        (tmp_path / rel).write_text(before + " ")
+        assert "other sources" in (stale_reason({SOURCE_LABEL: digest}, tmp_path) or ""), rel
+        (tmp_path / rel).write_text(before)
+    assert "no io.harness.source-sha256 label" in (stale_reason({}, tmp_path) or "")
