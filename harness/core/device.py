@@ -69,17 +69,25 @@ def synchronize(device: torch.device) -> None:
 _HWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.M)
 
 
-def _reset_host_peak() -> bool:
-    """Give freed heap back to the OS and reset this process's peak RSS (Linux ``clear_refs`` 5).
+def release_host_memory() -> None:
+    """Give freed heap back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
 
-    Without the reset, a CPU run's peak would be the whole process's: the warm start trained in
-    the same process, imports and set-up would all count, and a run with a cold cache would
-    look bigger than the same run with a warm one.
+    Called once before the first step, so memory a warm start trained in the same process freed
+    does not stay resident and count in every step's peak. Not per step: trimming there would
+    make each step fault its memory in again and slow the run being measured.
     """
     try:
-        ctypes.CDLL(None).malloc_trim(0)  # glibc; harmless to skip elsewhere
+        ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def _reset_host_peak() -> bool:
+    """Reset this process's peak RSS (Linux ``clear_refs`` 5); False where that is not possible.
+
+    Without the reset, a CPU run's peak would be the whole process's: set-up and a warm start
+    trained in the same process would count in every step.
+    """
     try:
         with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
             fh.write("5")

@@ -22,7 +22,7 @@ import torch
 
 from harness.core import algos
 from harness.core.data import PromptLoader, build_synthetic, collate_prompts, load_local
-from harness.core.device import peak_memory_gb, reset_peak_memory, synchronize
+from harness.core.device import peak_memory_gb, release_host_memory, reset_peak_memory, synchronize
 from harness.core.models import BuiltModel, banned_bias, build_models
 from harness.core.reward import get_reward
 from harness.core.rollout import RolloutBatch, draw_uniforms, generate
@@ -99,6 +99,8 @@ class GRPOTrainer:
             self.models = self.dist.wrap(self.models)
         self.reward_fn = get_reward(cfg["reward"]["name"])
         self.optimizer, self.scheduler = self._optimizer()
+        if self.device.type == "cpu":
+            release_host_memory()  # what the warm start freed must not count in the steps' peak
         self.loss_cfg = LossConfig(
             clip_low=self.actor_cfg["clip_ratio_low"], clip_high=self.actor_cfg["clip_ratio_high"],
             clip_ratio_c=self.actor_cfg["clip_ratio_c"], agg_mode=self.actor_cfg["loss_agg_mode"],
