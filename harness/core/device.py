@@ -66,7 +66,7 @@ def synchronize(device: torch.device) -> None:
         mod.synchronize(device)
 
 
-_HWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.M)
+_STATUS = re.compile(r"^(VmHWM|RssFile|RssShmem):\s+(\d+)\s+kB", re.M)
 
 
 def release_host_memory() -> None:
@@ -97,12 +97,16 @@ def _reset_host_peak() -> bool:
 
 
 def _host_peak_gb() -> float:
-    """Peak RSS since the last reset (VmHWM), else since the process started (ru_maxrss)."""
+    """Peak private memory since the last reset: VmHWM less the file-backed and shared pages now
+    resident (library code, whose resident share depends on the page cache, not on the run).
+
+    Falls back to ru_maxrss (peak since the process started) where /proc is not there.
+    """
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
-            match = _HWM.search(fh.read())
-        if match:
-            return int(match.group(1)) * 1024 / 1e9
+            fields = {k: int(v) for k, v in _STATUS.findall(fh.read())}
+        if "VmHWM" in fields:
+            return (fields["VmHWM"] - fields.get("RssFile", 0) - fields.get("RssShmem", 0)) * 1024 / 1e9
     except OSError:
         pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
