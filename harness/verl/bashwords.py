@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.verl.bashparams import ParamExpansion
-from harness.verl.bashscan import (Heredoc, Scanner, skip_ansi, skip_arith, skip_backtick, skip_braced, skip_double,
+from harness.verl.bashscan import (BashSyntaxError, Heredoc, Scanner, skip_ansi, skip_arith, skip_backtick, skip_braced, skip_double,
                                    skip_dollar, skip_old_arith, skip_single)
 from harness.verl.bashtypes import (BREAK, ENVIRONMENT, IFS, META, Chunk, Field, Issue, Item, Unknown, Var,
                                     first_offset, join_items, split_fields, text_of, unknown_chunk, unknowns,
@@ -83,6 +83,8 @@ class Shell(ParamExpansion):
                 i = len(src) if nl < 0 else nl
             else:
                 end = word_end(src, i)
+                if end == i:  # a metacharacter (| ; & < >) cannot stand in an array literal
+                    raise BashSyntaxError(f"syntax error near unexpected token '{c}' in an array literal", i)
                 out.extend(split_fields(self.items(i, end, mode="word")))
                 i = end
         return out, i

@@ -305,6 +305,13 @@ def test_random_text_never_crashes(text: str) -> None:
         assert err.message and "\n" not in err.message
 
 
+@pytest.mark.parametrize("text", ["A=(do|[) done", "A=(x;y)", "A=(a & b)", "A=(<in)"])
+def test_metacharacter_in_an_array_literal_is_a_syntax_error(text: str) -> None:
+    """Found by the fuzz test: the array scanner made no progress on a metacharacter and looped."""
+    with pytest.raises(ScriptError, match="unexpected token .* in an array literal"):
+        lint_text(text)
+
+
 def test_evaluate_reports_issue_offsets() -> None:
     ev = evaluate_script("set -u\necho $A\n")
     assert [ev.line(i.pos) for i in ev.issues] == [2]
