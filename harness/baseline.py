@@ -258,11 +258,15 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any]
 def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | None, out: Path, runs_dir: Path,
            command: str, progress: bool = True, force: bool = False,
            log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run ``seeds`` seeded runs in this process, then write the baseline to ``out`` (atomically)."""
+    """Make ``seeds`` seeded runs, each in its own process as a user's run is, then write the baseline
+    to ``out`` (atomically). Separate processes make the recorded throughput spread include what
+    varies between runs (allocator and cache state, the machine's load), not only between seeds."""
     import os
+    import subprocess
+    import sys
 
+    from harness.paths import ROOT
     from harness.recipe import resolve
-    from harness.runner import train
 
     if os.environ.get("HARNESS_FAULT"):
         raise HarnessError("HARNESS_FAULT is set; a baseline must not be recorded with a fault injected",
@@ -274,14 +278,24 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
                            fix="pass --force to replace it (review the diff before committing)")
     primary = resolve(recipe, profile, scale)
     base_seed = int(primary.config["seed"])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     dirs: list[Path] = []
     for k in range(seeds):
-        res = primary if k == 0 else resolve(recipe, profile, scale, [f"seed={base_seed + k}"])
         run_dir = runs_dir / f"seed-{base_seed + k}"
         if (run_dir / "manifest.json").exists():
             raise HarnessError("run directory already holds a run", file=str(run_dir), fix="choose another --runs-dir")
         log(f"record-baseline: seed {base_seed + k} ({k + 1}/{seeds}) -> {run_dir}")
-        train(res, run_dir, steps=steps, runtime=os.environ.get("HARNESS_RUNTIME", "local"), progress=progress)
+        cmd = [sys.executable, "-m", "harness", "run", str(primary.path), "--profile", profile, "--scale", scale,
+               "--out", str(run_dir), "--runtime", "local", "--stage", "train"]
+        cmd += ["--steps", str(steps)] if steps else []
+        cmd += ["--set", f"seed={base_seed + k}"] if k else []
+        cmd += [] if progress else ["--quiet"]
+        proc = subprocess.run(cmd, env=env, stdout=None if progress else subprocess.DEVNULL,
+                              stderr=None if progress else subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            last = ((proc.stderr or "").strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            raise HarnessError(f"seed {base_seed + k} run failed: {last}", file=str(run_dir),
+                               fix="fix the run (see its output), then record again")
         dirs.append(run_dir)
     doc = build_baseline(dirs, command=command)
     check(doc, "baseline", str(out))
