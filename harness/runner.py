@@ -37,7 +37,8 @@ FAULTS = ("flip-advantage", "slowdown")
 
 
 def parse_fault(text: str | None) -> dict[str, Any]:
-    """``flip-advantage`` or ``slowdown:0.3`` (extra fraction of step time); empty = none."""
+    """``flip-advantage`` or ``slowdown:0.3`` (throughput 30 % lower: each step sleeps 0.3 / 0.7 of its
+    time); empty = none."""
     if not text:
         return {}
     name, _, arg = text.partition(":")
@@ -45,9 +46,13 @@ def parse_fault(text: str | None) -> dict[str, Any]:
         raise HarnessError(f"unknown fault '{name}'", key_path="HARNESS_FAULT", fix=f"use one of {', '.join(FAULTS)}")
     if name == "slowdown":
         try:
-            return {"slowdown": float(arg)}
+            value = float(arg)
         except ValueError:
-            raise HarnessError(f"bad slowdown '{arg}'", key_path="HARNESS_FAULT", fix="write slowdown:0.3") from None
+            value = -1.0
+        if not 0.0 < value < 1.0:
+            raise HarnessError(f"bad slowdown '{arg}'", key_path="HARNESS_FAULT",
+                               fix="give the fraction of throughput to lose, 0 < x < 1, e.g. slowdown:0.3")
+        return {"slowdown": value}
     return {name: True}
 
 
@@ -188,7 +193,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
             for step in range(start + 1, total + 1):
                 metrics = trainer.step(step)
                 if fault.get("slowdown"):
-                    extra = metrics["timing_s/step"] * fault["slowdown"]
+                    # a step of time t then takes t / (1 - x): throughput falls by the fraction x
+                    extra = metrics["timing_s/step"] * fault["slowdown"] / (1.0 - fault["slowdown"])
                     time.sleep(extra)
                     metrics["timing_s/step"] += extra
                     metrics["perf/throughput"] = (metrics["perf/total_num_tokens"] / metrics["timing_s/step"]

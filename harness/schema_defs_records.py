@@ -58,7 +58,8 @@ def _fault() -> dict[str, Any]:
             "description": "Test-only fault injected through HARNESS_FAULT (null = none). A run with a fault is "
                            "judged (so mutation tests work) and its verdict says so.",
             "properties": {"flip-advantage": {"const": True, "description": "Advantage sign flipped."},
-                           "slowdown": number("Extra sleep per step as a fraction of the step time.", 0)}}
+                           "slowdown": number("Fraction of throughput taken away: each step sleeps x / (1 - x) of its "
+                                               "own time.", 0, 1)}}
 
 
 def _overrides() -> dict[str, Any]:
