@@ -27,7 +27,7 @@ from typing import Any
 
 from harness import __version__
 from harness.errors import HarnessError
-from harness.runtime.docker import LOCK_LABEL, SOURCE_LABEL, client, source_digest
+from harness.runtime.docker import LOCK_LABEL, SOURCE_LABEL, client, source_digest, source_files
 
 KINDS = ("cpu", "cuda", "ascend")
 IMAGE_NAMES = {"cpu": "harness-cpu", "cuda": "harness-cuda", "ascend": "harness-ascend"}
@@ -407,10 +407,6 @@ def provenance(repo_root: Path) -> dict[str, str]:
     return {"SOURCE": source, "REVISION": revision, "CREATED": created, "VERSION": __version__}
 
 
-def _copy_tree(src: Path, dst: Path) -> None:
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*"))
-
-
 def stage_context(kind: str, repo_root: Path, wheelhouse: Path | None) -> Path:
     """A minimal build context: Dockerfile, lock files, the project source, the wheelhouse."""
     repo_root = Path(repo_root)
@@ -422,14 +418,10 @@ def stage_context(kind: str, repo_root: Path, wheelhouse: Path | None) -> Path:
     for lock in lock_files(kind, repo_root):
         shutil.copy2(lock, ctx / lock.name)
     src = ctx / "src"
-    src.mkdir()
-    _copy_tree(repo_root / "harness", src / "harness")
-    _copy_tree(repo_root / "recipes" / "hardware", src / "recipes" / "hardware")  # profiles are project data
-    for p in (repo_root / "schemas", repo_root / "pyproject.toml", repo_root / "LICENSE"):
-        if p.is_dir():
-            _copy_tree(p, src / p.name)
-        elif p.is_file():
-            shutil.copy2(p, src / p.name)
+    for path in source_files(repo_root):  # the files the image's source digest covers, no more
+        dst = src / path.relative_to(repo_root)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dst)
     for path in [src, *src.rglob("*")]:  # fixed mtimes keep the builder's COPY cache valid
         os.utime(path, (SOURCE_MTIME, SOURCE_MTIME), follow_symlinks=False)
     if wheelhouse is not None:

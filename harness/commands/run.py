@@ -75,16 +75,12 @@ def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[st
     """(runtime, image) — ``auto`` becomes docker when usable, else local with a one-line notice."""
     world = res.config["trainer"]["nnodes"] * res.config["trainer"]["n_gpus_per_node"]
     if requested == "auto":
-        from harness.paths import ROOT
-        from harness.runtime.docker import docker_status, image_info, stale_reason
+        from harness.runtime.docker import docker_status
 
         ref = image or res.profile["container_image"]["reference"]
-        ok, why = docker_status(ref)
+        ok, why = docker_status(ref)  # also False for an image built from other sources
         if ok:
-            stale = stale_reason(image_info(ref)["labels"], ROOT)
-            if stale is None:
-                return ("docker", ref)
-            why = f"{ref}: {stale}; rebuild it with `nox -s build-image -- cpu`"
+            return ("docker", ref)
         local = "torchrun" if world > 1 else "local"
         sys.stderr.write(f"notice: running {local} ({why})\n")
         return (local, None)

@@ -78,14 +78,18 @@ def _get_image(cli, image: str):
         ) from err
 
 
+SOURCE_TREES = ("harness", "recipes/hardware", "schemas")  # what an image carries of the project ...
+SOURCE_FILES = ("pyproject.toml", "LICENSE")  # ... and these files at the top
+
+
 def source_files(repo_root: Path) -> list[Path]:
-    """The project files an image carries: the package, the hardware profiles, schemas, pyproject."""
+    """The project files an image carries (its build context copies exactly these): the package,
+    the hardware profiles, the schemas, pyproject and licence; caches, bytecode and dotfiles left out."""
     root = Path(repo_root)
-    files = [p for p in (root / "harness").rglob("*") if p.is_file() and "__pycache__" not in p.parts
-             and p.suffix != ".pyc" and not p.name.startswith(".")]
-    files += list((root / "recipes" / "hardware").glob("*.json")) + list((root / "schemas").rglob("*.json"))
-    files += [p for p in (root / "pyproject.toml",) if p.is_file()]
-    return sorted(files)
+    files = [p for tree in SOURCE_TREES for p in (root / tree).rglob("*") if p.is_file()
+             and p.suffix != ".pyc" and not any(part == "__pycache__" or part.startswith(".")
+                                                 for part in p.relative_to(root).parts)]
+    return sorted(files + [root / f for f in SOURCE_FILES if (root / f).is_file()])
 
 
 def source_digest(repo_root: Path) -> str:
@@ -108,13 +112,20 @@ def stale_reason(image_labels: dict[str, str], repo_root: Path) -> str | None:
 
 
 def docker_status(image: str) -> tuple[bool, str]:
-    """``(True, image id)`` when a daemon answers and ``image`` exists locally, else ``(False, reason)``."""
+    """``(True, image id)`` when a daemon answers and ``image`` exists locally, built from this
+    checkout's sources; else ``(False, reason)``."""
+    from harness.paths import ROOT
+
     try:
         cli = client(timeout=30)
         try:
-            return True, _get_image(cli, image).id
+            img = _get_image(cli, image)
         finally:
             cli.close()
+        stale = stale_reason((img.attrs.get("Config") or {}).get("Labels") or {}, ROOT)
+        if stale is not None:
+            return False, f"{image}: {stale}; rebuild it (`nox -s build-image -- cpu`, or cuda / ascend)"
+        return True, img.id
     except HarnessError as err:
         return False, err.one_line()
     except Exception as err:  # noqa: BLE001 - any daemon failure is a reason, not a crash
