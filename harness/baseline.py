@@ -263,10 +263,9 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
     varies between runs (allocator and cache state, the machine's load), not only between seeds."""
     import os
     import subprocess
-    import sys
 
-    from harness.paths import ROOT
     from harness.recipe import resolve
+    from harness.runtime.child import harness_run
 
     if os.environ.get("HARNESS_FAULT"):
         raise HarnessError("HARNESS_FAULT is set; a baseline must not be recorded with a fault injected",
@@ -278,20 +277,19 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
                            fix="pass --force to replace it (review the diff before committing)")
     primary = resolve(recipe, profile, scale)
     base_seed = int(primary.config["seed"])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     dirs: list[Path] = []
     for k in range(seeds):
         run_dir = runs_dir / f"seed-{base_seed + k}"
         if (run_dir / "manifest.json").exists():
             raise HarnessError("run directory already holds a run", file=str(run_dir), fix="choose another --runs-dir")
         log(f"record-baseline: seed {base_seed + k} ({k + 1}/{seeds}) -> {run_dir}")
-        cmd = [sys.executable, "-m", "harness", "run", str(primary.path), "--profile", profile, "--scale", scale,
-               "--out", str(run_dir), "--runtime", "local", "--stage", "train"]
+        cmd = [str(primary.path), "--profile", profile, "--scale", scale, "--out", str(run_dir), "--runtime", "local",
+               "--stage", "train"]
         cmd += ["--steps", str(steps)] if steps else []
         cmd += ["--set", f"seed={base_seed + k}"] if k else []
         cmd += [] if progress else ["--quiet"]
-        proc = subprocess.run(cmd, env=env, stdout=None if progress else subprocess.DEVNULL,
-                              stderr=None if progress else subprocess.PIPE, text=True)
+        proc = harness_run(cmd, stdout=None if progress else subprocess.DEVNULL,
+                           stderr=None if progress else subprocess.PIPE)
         if proc.returncode != 0:
             last = ((proc.stderr or "").strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             raise HarnessError(f"seed {base_seed + k} run failed: {last}", file=str(run_dir),

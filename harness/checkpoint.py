@@ -375,15 +375,9 @@ def metric_mismatch(a: list[dict[str, Any]], b: list[dict[str, Any]],
 
 
 def _harness(args: list[str], env: dict[str, str], timeout: float) -> Any:
-    import subprocess
-    import sys
+    from harness.runtime.child import harness_run
 
-    from harness.paths import ROOT
-
-    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-                **env}
-    return subprocess.run([sys.executable, "-m", "harness", "run", *args], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, check=False)
+    return harness_run(args, env=env, capture_output=True, timeout=timeout)
 
 
 def ckpt_resume_check(res: Resolved, workdir: Path, steps: int, *, nproc: int = 1,

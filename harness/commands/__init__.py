@@ -1,0 +1,30 @@
+"""One module per subcommand (HELP, add_arguments, execute); the arguments several share are here."""
+
+from __future__ import annotations
+
+import argparse
+
+from harness.recipe import SCALES_DEFAULT
+
+
+def add_target_arguments(p: argparse.ArgumentParser) -> None:
+    """RECIPE, --profile and --scale: what to run, and on which profile and scale."""
+    p.add_argument("recipe", metavar="RECIPE", help="recipe name (recipes/NAME.json) or path to a recipe file")
+    p.add_argument("--profile", help="hardware profile (default: the one matching this machine)")
+    p.add_argument("--scale", default=SCALES_DEFAULT, help="recipe scale (default: smoke)")
+
+
+def add_override_argument(p: argparse.ArgumentParser, applies_to: str = "") -> None:
+    """--set KEY=VALUE (repeatable), checked against the schema's allowlist when resolved."""
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"override an allowlisted key (repeatable){applies_to}; see `harness validate "
+                        "--list-overrides`")
+
+
+def chosen_profile(args: argparse.Namespace) -> str:
+    """--profile, else the shipped profile that fits the live machine."""
+    if args.profile is not None:
+        return str(args.profile)
+    from harness.profiles import live_profile_name
+
+    return live_profile_name()

@@ -12,18 +12,16 @@ import tempfile
 from pathlib import Path
 
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
-from harness.recipe import SCALES_DEFAULT, resolve
+from harness.commands import add_override_argument, add_target_arguments, chosen_profile
+from harness.recipe import resolve
 
 HELP = "Check that an interrupted run resumes bit for bit (N straight vs N/2 + resume N/2)."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("recipe", metavar="RECIPE", help="recipe name (recipes/NAME.json) or path to a recipe file")
-    p.add_argument("--profile", help="hardware profile (default: the one matching this machine)")
-    p.add_argument("--scale", default=SCALES_DEFAULT, help="recipe scale (default: smoke)")
+    add_target_arguments(p)
     p.add_argument("--steps", type=int, default=6, help="steps of the straight run (default 6; resumed at N/2)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override an allowlisted key (repeatable), applied to both runs")
+    add_override_argument(p, ", applied to both runs")
     p.add_argument("--nproc-per-node", type=int, default=1, help="processes (torchrun) on the cpu profile; 1 = local")
     p.add_argument("--workdir", type=Path, help="where the two runs go (default: a temporary directory)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -32,11 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     from harness.checkpoint import ckpt_resume_check
 
-    profile = args.profile
-    if profile is None:
-        from harness.profiles import live_profile_name
-
-        profile = live_profile_name()
+    profile = chosen_profile(args)
     if args.steps < 2:
         raise HarnessError(f"--steps must be >= 2, got {args.steps}", key_path="--steps", fix="give 2 or more")
     res = resolve(args.recipe, profile, args.scale, tuple(args.overrides))

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from harness.commands import chosen_profile
 from harness.errors import EXIT_FINDINGS, EXIT_OK
 from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
-from harness.paths import ROOT
 
 HELP = "Run every recipe at smoke scale and judge it; JUnit XML + Markdown summary; non-zero on any regression."
 GROUPS = ("exact", "band", "statistical", "throughput", "memory", "ckpt-resume")
@@ -69,14 +68,15 @@ def run_one(recipe: str, profile: str, args: argparse.Namespace) -> dict[str, An
         import shutil
 
         shutil.rmtree(run_dir)  # the gate owns <out>/<recipe>/: a previous gate's run is replaced
-    cmd = [sys.executable, "-m", "harness", "run", recipe, "--profile", profile, "--scale", args.scale, "--out",
-           str(run_dir), "--runtime", args.runtime, "--quiet"]
+    from harness.runtime.child import harness_run
+
+    cmd = [recipe, "--profile", profile, "--scale", args.scale, "--out", str(run_dir), "--runtime", args.runtime,
+           "--quiet"]
     if args.steps:
         cmd += ["--steps", str(args.steps)]
     cmd += ["--baseline", str(bpath)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     print(f"gate: {recipe} ...", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = harness_run(cmd, capture_output=True)
     vpath = run_dir / "verdict.json"
     if vpath.is_file():
         v = load_json_strict(vpath)
@@ -166,11 +166,7 @@ def markdown(results: list[dict[str, Any]], profile: str) -> str:
 def execute(args: argparse.Namespace) -> int:
     from harness.report import write_gate_report
 
-    profile = args.profile
-    if profile is None:
-        from harness.profiles import live_profile_name
-
-        profile = live_profile_name()
+    profile = chosen_profile(args)
     args.out.mkdir(parents=True, exist_ok=True)
     results = [run_one(r, profile, args) for r in _recipes(args, profile)]
     if args.ckpt_resume_steps:

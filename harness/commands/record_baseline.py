@@ -15,15 +15,13 @@ import sys
 from pathlib import Path
 
 from harness.errors import EXIT_OK, HarnessError
-from harness.recipe import SCALES_DEFAULT
+from harness.commands import add_target_arguments, chosen_profile
 
 HELP = "Record a baseline from N seeded runs (noise floor, throughput, memory, tolerance policy)."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("recipe", metavar="RECIPE", help="recipe name or path")
-    p.add_argument("--profile", help="hardware profile (default: the one matching this machine)")
-    p.add_argument("--scale", default=SCALES_DEFAULT, help="recipe scale (default: smoke)")
+    add_target_arguments(p)
     p.add_argument("--seeds", type=int, default=3, help="seeded runs: the recipe's seed plus N-1 more (default: 3)")
     p.add_argument("--steps", type=int, help="GRPO steps per run (default: the recipe's total)")
     p.add_argument("--force", action="store_true", help="replace an existing baseline")
@@ -40,11 +38,7 @@ def execute(args: argparse.Namespace) -> int:
 
     if args.steps is not None and args.steps < 1:
         raise HarnessError(f"--steps must be >= 1, got {args.steps}", key_path="--steps", fix="give a positive count")
-    profile = args.profile
-    if profile is None:
-        from harness.profiles import live_profile_name
-
-        profile = live_profile_name()
+    profile = chosen_profile(args)
     res = resolve(args.recipe, profile, args.scale)
     preflight(res)
     out = args.out or default_path(res.name, profile, args.scale)

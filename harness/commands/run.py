@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
-from harness.recipe import SCALES_DEFAULT, Resolved, resolve
+from harness.commands import add_override_argument, add_target_arguments, chosen_profile
+from harness.recipe import Resolved, resolve
 from harness.record import default_run_dir
 
 HELP = "Run a recipe (GRPO training) and judge it against its baseline."
@@ -20,13 +21,9 @@ RUNTIMES = ("auto", "local", "docker", "torchrun")
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """Arguments shared by run, record-baseline and gate."""
-    p.add_argument("recipe", metavar="RECIPE", help="recipe name (recipes/NAME.json) or path to a recipe file")
-    p.add_argument("--profile", help="hardware profile (default: the one matching this machine)")
-    p.add_argument("--scale", default=SCALES_DEFAULT, help="recipe scale (default: smoke)")
+    add_target_arguments(p)
     p.add_argument("--steps", type=int, help="GRPO steps (default: the recipe's trainer.total_training_steps)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override an allowlisted key (repeatable); see `harness validate --list-overrides`")
+    add_override_argument(p)
     p.add_argument("--runtime", choices=RUNTIMES, default=os.environ.get("HARNESS_RUNTIME_DEFAULT", "auto"),
                    help="where to run: local process, docker (pinned image), torchrun (N processes), "
                         "auto = docker when the daemon and image are there, else local")
@@ -51,12 +48,7 @@ def resolve_args(args: argparse.Namespace, sets: list[str] | None = None) -> Res
     """Resolve the recipe for ``args`` (``sets`` replaces ``args.overrides`` when given)."""
     if args.steps is not None and args.steps < 1:
         raise HarnessError(f"--steps must be >= 1, got {args.steps}", key_path="--steps", fix="give a positive count")
-    profile = args.profile
-    if profile is None:
-        from harness.profiles import live_profile_name
-
-        profile = live_profile_name()
-    return resolve(args.recipe, profile, args.scale, tuple(args.overrides if sets is None else sets))
+    return resolve(args.recipe, chosen_profile(args), args.scale, tuple(args.overrides if sets is None else sets))
 
 
 def preflight(res: Resolved) -> list[Any]:
