@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.environment import summary
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.paths import BASELINES_DIR
@@ -42,15 +43,31 @@ MEMORY_METRIC = "perf/max_memory_allocated_gb"
 # seeds and machines: gated bitwise under exact, never in a band.
 BAND_EXCLUDED_SUFFIXES = ("/max", "/min")
 BAND_EXCLUDED_PREFIXES = ("training/rollout_probs_diff",)
-# Convergence metrics of the statistical tier: name predicate -> direction of a regression.
-STATISTICAL = {"critic/score/mean": "higher-is-better"}
+# Convergence metrics of the statistical tier: name -> (direction of a regression, transform, floor).
+# Rewards are tested one-sided; KL (on a log scale: it is positive and heavy-tailed), the clip
+# fraction and the entropy two ways or upward — a fault that changes how the policy moves shows
+# there even when the reward has converged.
+STATISTICAL: dict[str, tuple[str, str, float | None]] = {
+    "critic/score/mean": ("higher-is-better", "identity", None),
+    "actor/kl_loss": ("lower-is-better", "log", 0.0),
+    "actor/pg_clipfrac": ("two-sided", "identity", 0.0),
+    "actor/entropy": ("two-sided", "identity", 0.0),
+}
 VAL_REWARD_PREFIX, VAL_REWARD_SUFFIX = "val-core/", "/reward/mean"
 # Metrics whose ideal value is 0 and whose seed noise is float noise: an absolute floor instead.
 ATOL_OVERRIDES = {"critic/advantages/mean": 1e-5}
+# Not gated under replay: a replayed rollout has no generation-time log-probs and no validation.
+REPLAY_EXCLUDED_PREFIXES = ("training/rollout_probs_diff", VAL_REWARD_PREFIX)
 
 DEFAULT_POLICY: dict[str, Any] = {
     "band": {"rtol": 0.05, "atol": 1e-8, "k_noise": 3.0, "noise_window": 2, "failures_per_50_steps": 1},
-    "statistical": {"window": 10, "alpha": 0.05, "practical_floor": 0.05},
+    # the last 20 % of the steps (MLPerf RCP's late window), alpha family-wise over the metrics
+    "statistical": {"window_fraction": 0.2, "alpha": 0.05, "practical_floor": 0.05},
+    # replay: k x the measured reorder noise, or the dtype's precision x the metric's RMS; a clip
+    # fraction may move by a couple of tokens (1 token ~ 1/500 of a smoke mini-batch)
+    "replay": {"k_noise": 10.0, "dtype_rtol": {"float32": 1e-5, "bfloat16": 0.03, "float16": 0.01},
+               "atol": {"*": 1e-7, "actor/pg_clipfrac": 0.005, "actor/pg_clipfrac_lower": 0.005},
+               "failures_per_50_steps": 0},
     # quantile 0.9, not the median: on a shared machine (CI runners, the 2-core development box) other
     # processes stretch many steps, and the median measures that contention as much as the code (two
     # back-to-back runs of one recipe: medians 8.3k and 1.5k tok/s, 90th percentiles 11.1k and 10.6k).
@@ -67,22 +84,25 @@ def is_timing(name: str) -> bool:
     return name.startswith(TIMING_PREFIXES)
 
 
-def stat_direction(name: str) -> str | None:
+def stat_spec(name: str) -> tuple[str, str, float | None] | None:
+    """(direction, transform, practical floor or None = the policy's) of a statistical metric."""
     if name in STATISTICAL:
         return STATISTICAL[name]
     if name.startswith(VAL_REWARD_PREFIX) and name.endswith(VAL_REWARD_SUFFIX):
-        return "higher-is-better"
+        return ("higher-is-better", "identity", None)
     return None
 
 
 def metric_tiers(name: str) -> list[str]:
-    """Tiers a metric is gated in: every non-timing metric is exact; most are banded too."""
+    """Tiers a metric is gated in: every non-timing metric is exact; most are banded and replayed too."""
     if is_timing(name):
         return []
     tiers = ["exact"]
+    if not name.startswith(REPLAY_EXCLUDED_PREFIXES):
+        tiers.append("replay")
     if not name.endswith(BAND_EXCLUDED_SUFFIXES) and not name.startswith(BAND_EXCLUDED_PREFIXES):
         tiers.append("band")
-    if stat_direction(name):
+    if stat_spec(name):
         tiers.append("statistical")
     return tiers
 
@@ -106,9 +126,9 @@ def last_step(series: dict[str, Series]) -> int:
     return max((max(s) for s in series.values() if s), default=0)
 
 
-def effective_window(window: int, steps: int) -> int:
-    """The statistical window: the policy's W, but never more than the later half of the run."""
-    return max(1, min(window, math.ceil(steps / 2)))
+def statistical_window(policy: dict[str, Any], steps: int) -> int:
+    """The statistical window: the policy's fraction of the steps (at least 1, at most half of them)."""
+    return max(1, min(math.ceil(policy["window_fraction"] * steps), math.ceil(steps / 2)))
 
 
 def window_mean(s: Series, end: int, window: int) -> float | None:
@@ -160,23 +180,15 @@ def load_baseline(path: Path) -> dict[str, Any]:
     return data
 
 
-def environment_summary(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a run manifest that decide whether a later run can be compared bitwise."""
-    sw, mach, rt = manifest["software"], manifest["machine"], manifest["runtime"]
-    arch = mach["device_model"] if mach["device_type"] == "cpu" else platform.machine() or "unknown"
-    return {
-        "deterministic": manifest["deterministic"],
-        "software": {k: sw.get(k) for k in ("python", "torch", "transformers", "tokenizers", "numpy", "cuda",
-                                            "torch_npu", "threads", "cpu_capability")},
-        "machine": {"arch": arch, "device_type": mach["device_type"], "device_model": mach["device_model"],
-                    "device_count": mach["device_count"]},
-        "runtime": {"kind": rt["kind"], "world_size": rt["world_size"], "image_id": rt["image_id"],
-                    "lock_sha256": rt["lock_sha256"]},
-        "harness": dict(manifest["harness"]),
-    }
-
-
 # ----------------------------------------------------------------------------- building
+def throughput_reference(env: dict[str, Any], steady_values: list[float], seed_values: list[float], q: float,
+                         runtime: str) -> dict[str, Any]:
+    """One throughput reference: valid only for runs on this device model with this thread count."""
+    return {"device_model": env["machine"]["device_model"], "threads": env["software"]["threads"],
+            "runtime": runtime, "value": quantile(steady_values, q), "seed_values": seed_values,
+            "relative_spread": rel_spread(seed_values), "recorded_utc": utc_now()}
+
+
 def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any] | None = None) -> dict[str, Any]:
     """A baseline document from finished runs of one recipe/profile/scale (primary seed first)."""
     policy = policy or DEFAULT_POLICY
@@ -201,7 +213,7 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any]
     all_series = [load_series(d) for d in run_dirs]
     steps = prim["steps"]["completed"]
     metrics: dict[str, Any] = {}
-    stat_w = effective_window(policy["statistical"]["window"], steps)
+    stat_w = statistical_window(policy["statistical"], steps)
     for name in sorted(all_series[0]):
         tiers = metric_tiers(name)
         if not tiers:
@@ -221,10 +233,13 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any]
                                  "noise_values": noise, "noise_std": std}
         if name in ATOL_OVERRIDES:
             entry["atol"] = ATOL_OVERRIDES[name]
-        direction = stat_direction(name)
-        if direction:
-            entry["direction"] = direction
-            means = [window_mean(s.get(name, {}), steps, stat_w) for s in all_series]
+        spec = stat_spec(name)
+        if spec:
+            entry["direction"], entry["transform"] = spec[0], spec[1]
+            if spec[2] is not None:
+                entry["stat_floor"] = spec[2]
+            tf = (lambda v: math.log(max(v, 1e-12))) if spec[1] == "log" else (lambda v: v)
+            means = [window_mean({k: tf(v) for k, v in s.get(name, {}).items()}, steps, stat_w) for s in all_series]
             entry["seed_window_means"] = [m for m in means if m is not None]
         metrics[name] = entry
     tp, mem = policy["throughput"], policy["memory"]
@@ -233,71 +248,24 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any]
         raise HarnessError(f"no steady steps to measure throughput (runs of {steps} steps, the first "
                            f"{tp['warmup_steps']} are warm-up)", key_path="--steps", fix="record more steps")
     tp_meds = [quantile(v, tp["quantile"]) for v in tp_seeds if v]
+    env = summary(prim)
     mem_peaks = [max(s[mem["metric"]].values()) for s in all_series if s.get(mem["metric"])]
     res_cfg = prim["resolved_config"]
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "recipe": {"name": prim["recipe"]["name"], "hash": prim["recipe"]["hash"],
                    "config_hash": prim["recipe"]["config_hash"]},
         "profile": prim["profile"], "scale": prim["scale"],
         "architecture": res_cfg["model"]["architecture"],
         "steps": steps, "created_utc": utc_now(), "command": command,
         "primary_seed": prim["seed"], "noise_seeds": [m["seed"] for m in manifests[1:]],
-        "environment": environment_summary(prim),
+        "environment": env,
         "policy": policy,
         "metrics": metrics,
-        "throughput": {"value": quantile([v for vals in tp_seeds for v in vals], tp["quantile"]),
-                       "seed_values": tp_meds, "relative_spread": rel_spread(tp_meds)},
+        "throughput": {"references": [throughput_reference(env, [v for vals in tp_seeds for v in vals], tp_meds,
+                                                           tp["quantile"], prim["runtime"]["kind"])]},
         "memory": {"value": statistics.median(mem_peaks) if mem_peaks else 0.0, "seed_values": mem_peaks,
                    "relative_spread": rel_spread(mem_peaks)},
         "runs": [{"seed": m["seed"], "run_dir": str(d), "metrics_sha256": file_sha256(d / "metrics.jsonl")}
                  for d, m in zip(run_dirs, manifests)],
     }
-
-
-def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | None, out: Path, runs_dir: Path,
-           command: str, progress: bool = True, force: bool = False,
-           log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Make ``seeds`` seeded runs, each in its own process as a user's run is, then write the baseline
-    to ``out`` (atomically). Separate processes make the recorded throughput spread include what
-    varies between runs (allocator and cache state, the machine's load), not only between seeds."""
-    import os
-    import subprocess
-
-    from harness.recipe import resolve
-    from harness.runtime.child import harness_run
-
-    if os.environ.get("HARNESS_FAULT"):
-        raise HarnessError("HARNESS_FAULT is set; a baseline must not be recorded with a fault injected",
-                           key_path="HARNESS_FAULT", fix="unset HARNESS_FAULT")
-    if seeds < 1:
-        raise HarnessError(f"--seeds must be >= 1, got {seeds}", key_path="--seeds", fix="give e.g. --seeds 3")
-    if out.exists() and not force:
-        raise HarnessError("a baseline already exists", file=str(out),
-                           fix="pass --force to replace it (review the diff before committing)")
-    primary = resolve(recipe, profile, scale)
-    base_seed = int(primary.config["seed"])
-    dirs: list[Path] = []
-    for k in range(seeds):
-        run_dir = runs_dir / f"seed-{base_seed + k}"
-        if (run_dir / "manifest.json").exists():
-            raise HarnessError("run directory already holds a run", file=str(run_dir), fix="choose another --runs-dir")
-        log(f"record-baseline: seed {base_seed + k} ({k + 1}/{seeds}) -> {run_dir}")
-        cmd = [str(primary.path), "--profile", profile, "--scale", scale, "--out", str(run_dir), "--runtime", "local",
-               "--stage", "train"]
-        cmd += ["--steps", str(steps)] if steps else []
-        cmd += ["--set", f"seed={base_seed + k}"] if k else []
-        cmd += [] if progress else ["--quiet"]
-        proc = harness_run(cmd, stdout=None if progress else subprocess.DEVNULL,
-                           stderr=None if progress else subprocess.PIPE)
-        if proc.returncode != 0:
-            last = ((proc.stderr or "").strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-            raise HarnessError(f"seed {base_seed + k} run failed: {last}", file=str(run_dir),
-                               fix="fix the run (see its output), then record again")
-        dirs.append(run_dir)
-    doc = build_baseline(dirs, command=command)
-    check(doc, "baseline", str(out))
-    if out.exists() and not force:
-        raise HarnessError("a baseline appeared while recording", file=str(out), fix="pass --force to replace it")
-    write_json_atomic(out, doc)
-    return doc

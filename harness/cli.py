@@ -13,7 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from harness import __version__
+from harness import __version__, numerics
 from harness.errors import EXIT_USAGE, HarnessError
 
 # command name -> module under harness.commands (kept in the order `--help` lists them)
@@ -65,6 +65,7 @@ def build_parser(available: dict[str, str] | None = None) -> argparse.ArgumentPa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    numerics.apply_env()  # before anything imports torch: the libraries read it when they initialise
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_execute", None):

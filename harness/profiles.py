@@ -49,6 +49,7 @@ class Machine:
     cpu_cores: int
     host_memory_gb: float
     hostname: str
+    cpu_model: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -77,7 +78,7 @@ def probe_machine() -> Machine:
     import torch
 
     common = dict(cpu_cores=os.cpu_count() or 1, host_memory_gb=round(_host_memory_gb(), 1),
-                  hostname=platform.node())
+                  hostname=platform.node(), cpu_model=cpu_model_name())
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         props = torch.cuda.get_device_properties(0)
         return Machine("cuda", torch.cuda.device_count(), props.name, round(props.total_memory / 1e9, 1),
@@ -92,8 +93,22 @@ def probe_machine() -> Machine:
             return Machine("npu", torch.npu.device_count(), name, round(mem, 1), None, cann, **common)  # type: ignore[attr-defined]
     except ImportError:
         pass
-    return Machine("cpu", 1, platform.processor() or platform.machine(), common["host_memory_gb"], None, None,
-                   **common)
+    return Machine("cpu", 1, common["cpu_model"], common["host_memory_gb"], None, None, **common)
+
+
+def cpu_model_name() -> str:
+    """The host CPU's model name (``model name`` in /proc/cpuinfo), else the architecture."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    name = " ".join(line.split(":", 1)[1].split())
+                    if name:
+                        return name
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
 
 
 def mismatches(profile: dict[str, Any], machine: Machine, *, devices_needed: int | None = None) -> list[str]:

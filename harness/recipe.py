@@ -120,8 +120,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         why = "is not a recipe key" if node is None else "is not overridable"
         raise HarnessError(f"'{key}' {why}", key_path="--set",
                            fix=(f"did you mean '{close[0]}'? " if close else "")
-                           + "only numeric hyperparameters, steps, seed, batch and length keys can be overridden "
-                             "(`harness validate --list-overrides` lists them)")
+                           + "only numeric hyperparameters, steps, seed, batch and length keys and model.dtype can be "
+                             "overridden (`harness validate --list-overrides` lists them)")
     kinds = node["type"] if isinstance(node["type"], list) else [node["type"]]
     raw = raw.strip()
     try:
@@ -136,8 +136,12 @@ def parse_override(text: str) -> tuple[str, Any]:
         if value != value or value in (float("inf"), float("-inf")):  # pragma: no cover - json refuses these
             raise HarnessError(f"'{raw}' is not a finite number", key_path=f"--set {key}", fix="give a finite number")
         return key, float(value)
+    if "string" in kinds and isinstance(value, str) and value in node.get("enum", []):
+        return key, value
     raise HarnessError(f"'{raw}' is not a valid {' or '.join(kinds)}", key_path=f"--set {key}",
-                       fix=f"give a {' or '.join(kinds)} ({node.get('description', '')})")
+                       fix=f"give a {' or '.join(kinds)}"
+                           + (f" (one of {', '.join(str(e) for e in node['enum'] if e is not None)})"
+                              if node.get("enum") else f" ({node.get('description', '')})"))
 
 
 def set_dotted(config: dict[str, Any], key: str, value: Any) -> None:

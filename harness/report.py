@@ -89,7 +89,7 @@ def _band(spec: dict[str, Any], policy: dict[str, Any]) -> list[float]:
 
 
 def plot_curves(out_dir: Path, run: dict[str, dict[int, float]], baseline: dict[str, Any] | None,
-                upto: int | None = None) -> list[tuple[str, str]]:
+                upto: int | None = None, throughput_ref: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """Write ``curves-<stem>.png`` files; returns (file name, title) for those written."""
     import matplotlib
 
@@ -129,8 +129,8 @@ def plot_curves(out_dir: Path, run: dict[str, dict[int, float]], baseline: dict[
                         marker="o" if len(ks) < 8 else None, ms=4)
             elif spec:
                 ax.plot([], [], color=colour, lw=2.0, label=f"{label} (not in run)")
-        if stem == "throughput" and baseline and baseline.get("throughput"):
-            pol, ref = baseline["policy"]["throughput"], baseline["throughput"]
+        if stem == "throughput" and baseline and throughput_ref:
+            pol, ref = baseline["policy"]["throughput"], throughput_ref
             tol = min(pol["max_tolerance"], max(pol["min_tolerance"], pol["spread_factor"] * ref["relative_spread"]))
             q = pol.get("quantile", 0.5)
             ax.axhline(ref["value"], color="#444", lw=1.2, ls="--",
@@ -211,7 +211,13 @@ def render_run_report(run_dir: Path, verdict: Any) -> str:
     # a refused comparison shows the run alone: the baseline's band would suggest a comparison that was not made
     baseline = _load_baseline_quiet(v) if v["status"] in ("pass", "fail") else None
     run = load_series(run_dir)
-    curves = plot_curves(run_dir, run, baseline, (v.get("baseline") or {}).get("steps_compared"))
+    tp_ref = None
+    if baseline and isinstance(manifest, dict) and "machine" in manifest:
+        from harness.tiers import throughput_reference
+
+        tp_ref = throughput_reference(baseline, {"machine": manifest["machine"],
+                                                 "software": manifest.get("software", {})})[0]
+    curves = plot_curves(run_dir, run, baseline, (v.get("baseline") or {}).get("steps_compared"), tp_ref)
     r, b = v["run"], v.get("baseline") or {}
     facts = [("recipe", r.get("recipe")), ("profile : scale", f"{r.get('profile')} : {r.get('scale')}"),
              ("seed", r.get("seed")), ("run status", r.get("status")), ("steps", r.get("steps_completed")),
@@ -229,7 +235,10 @@ def render_run_report(run_dir: Path, verdict: Any) -> str:
             + "</div>",
             f"<div class=\"line\">{_e(v.get('summary_line', ''))}</div>",
             "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(val)}</dd>" for k, val in facts) + "</dl>",
-            _list("Why", v.get("reasons") or []), _list("Notices", v.get("notices") or [])]
+            _list("Why", v.get("reasons") or []), _list("Notices", v.get("notices") or []),
+            _list("What changed since the baseline", [f"{c['key']}: {c['baseline']} -> {c['run']}"
+                                                      + (" (rules out exact)" if c["blocks_exact"] else "")
+                                                      for c in v.get("changes") or []])]
     if curves:
         body.append("<h2>Curves</h2><p style=\"font-size:13px\">Bold: this run. Dashed: baseline primary seed. "
                     "Shaded: the band the band tier allows. Thin: baseline noise seeds.</p><div class=\"grid\">"

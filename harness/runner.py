@@ -22,9 +22,10 @@ from typing import Any
 
 import torch
 
-from harness import __version__
+from harness import __version__, numerics
 from harness.checkpoint import (Interrupted, ResumePlan, clean_partial, load_checkpoint, plan_resume,
                                 request_stop_after, save_checkpoint)
+from harness.core.replay import ReplaySource, save_step
 from harness.core.device import numerics_env, resolve_device, set_determinism
 from harness.core.trainer import Dist, GRPOTrainer
 from harness.core.warmstart import run_warm_start
@@ -69,7 +70,7 @@ def base_manifest(res: Resolved, *, steps: int, runtime: str, world: int, fault:
         "steps": {"requested": steps, "completed": 0},
         "harness": {"version": __version__, **git_revision()},
         "software": software_versions(), "machine": probe_machine().as_dict(),
-        "runtime": runtime_info(runtime, world), "env": numerics_env(),
+        "runtime": runtime_info(runtime, world), "env": numerics_env(), "numerics": numerics.record(),
         "fault_injection": fault or None, "resolved_config": res.config,
     }
 
@@ -146,8 +147,24 @@ def _resume_record(run_dir: Path, res: Resolved, plan: ResumePlan, total: int) -
     return RunRecord.resume(run_dir, from_step=plan.step, entry=entry, updates=updates)
 
 
+def open_replay(baseline_path: Path) -> tuple[ReplaySource, dict[str, Any]]:
+    """The recorded rollouts a baseline names (checksummed), and the manifest's ``replay`` block."""
+    from harness.baseline import load_baseline
+    from harness.core.replay import sha256_file
+
+    baseline = load_baseline(baseline_path)
+    rep = baseline.get("replay")
+    if not rep:
+        raise HarnessError("the baseline has no recorded rollouts to replay", file=str(baseline_path),
+                           fix="re-record it with this version (`harness record-baseline … --force`)")
+    source = ReplaySource.open(Path(baseline_path).parent / rep["file"], rep["sha256"], baseline["steps"])
+    return source, {"baseline": str(baseline_path), "baseline_sha256": sha256_file(Path(baseline_path)),
+                    "rollouts_sha256": rep["sha256"], "baseline_profile": baseline["profile"]}
+
+
 def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: str = "local", progress: bool = True,
-          dist: Dist | None = None, local_rank: int = 0, resume: list[str] | None = None) -> dict[str, Any]:
+          dist: Dist | None = None, local_rank: int = 0, resume: list[str] | None = None,
+          replay: Path | None = None) -> dict[str, Any]:
     """Train ``res`` for ``steps`` (default: the recipe's total) and record it; returns the manifest.
 
     ``resume`` (the ``--set`` overrides given on the resuming command) continues the run already in
@@ -155,6 +172,12 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     """
     cfg = res.config
     dist = dist or Dist()
+    source, replay_info = open_replay(replay) if replay is not None else (None, None)
+    if source is not None and (dist.world > 1 or resume is not None):
+        raise HarnessError("a replay runs in one process and from the start", key_path="--tier replay",
+                           fix="replay with --runtime local and without --resume")
+    if source is not None and not steps:
+        steps = source.steps
     plan = plan_resume(run_dir, res, resume, dist.world) if resume is not None else None
     total = int(steps or (plan.requested if plan else 0) or cfg["trainer"]["total_training_steps"])
     start = plan.step if plan else 0
@@ -162,12 +185,14 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
         raise HarnessError(f"the checkpoint is at step {start}, beyond the {total} steps asked for", file=str(run_dir),
                            fix=f"give --steps {start} or more")
     fault = parse_fault(os.environ.get("HARNESS_FAULT"))
+    numerics.activate()
     set_determinism(int(cfg["seed"]), bool(cfg["deterministic"]))
     device = resolve_device(cfg["trainer"]["device"], local_rank)
     record = None
     if dist.rank == 0:
         record = _resume_record(run_dir, res, plan, total) if plan else \
-            RunRecord(run_dir, base_manifest(res, steps=total, runtime=runtime, world=dist.world, fault=fault))
+            RunRecord(run_dir, {**base_manifest(res, steps=total, runtime=runtime, world=dist.world, fault=fault),
+                                "replay": replay_info})
     bar = _Progress(total, progress and record is not None)
     with _StopSignals() as stop:
         try:
@@ -175,6 +200,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                                   dist=dist, warm_start_fn=run_warm_start)
             if fault.get("flip-advantage"):
                 trainer.advantage_sign = -1.0
+            trainer.replay = source
+            keep_rollouts = source is None and dist.world == 1 and record is not None
             if plan is not None and plan.path is not None:
                 load_checkpoint(trainer, plan.path)
             if record is not None and start == 0:
@@ -186,12 +213,16 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                               data={"train_size": len(trainer.train_examples), "val_size": len(trainer.val_examples),
                                     "num_filtered": trainer.loader.num_filtered})
             test_freq, save_freq = cfg["trainer"]["test_freq"], cfg["trainer"]["save_freq"]
+            if source is not None:
+                test_freq = 0  # a replay does not sample, so it has no validation either
             if cfg["trainer"]["val_before_train"] and test_freq > 0 and start == 0:
                 val = trainer.validate(0)
                 if record is not None:
                     record.metrics.write(0, val)
             for step in range(start + 1, total + 1):
                 metrics = trainer.step(step)
+                if keep_rollouts and trainer.last_rollout is not None:
+                    save_step(run_dir, step, *trainer.last_rollout)
                 if fault.get("slowdown"):
                     # a step of time t then takes t / (1 - x): throughput falls by the fraction x
                     extra = metrics["timing_s/step"] * fault["slowdown"] / (1.0 - fault["slowdown"])

@@ -58,9 +58,9 @@ def boolean(desc: str) -> dict[str, Any]:
 
 
 def string(desc: str, *, enum: list[str] | None = None, pattern: str | None = None, nullable: bool = False,
-           min_length: int | None = None) -> dict[str, Any]:
+           min_length: int | None = None, override: bool = False) -> dict[str, Any]:
     kind: str | list[str] = ["string", "null"] if nullable else "string"
-    out = _leaf(kind, desc)
+    out = _leaf(kind, desc, override and enum is not None)  # only enumerated strings can be overridden
     if enum is not None:
         out["enum"] = enum + ([None] if nullable else [])
     if pattern is not None:
@@ -157,8 +157,9 @@ def _model() -> dict[str, Any]:
                        "Never a hub id.", nullable=True, min_length=1),
         "revision": string("Pinned 40-hex commit of the weights; required before any code-loading opt-in.",
                            nullable=True, pattern="^[0-9a-f]{40}$"),
-        "dtype": string("Parameter and compute dtype (float64: a numerics reference mode for equivalence tests).",
-                        enum=["float32", "bfloat16", "float16", "float64"]),
+        "dtype": string("Parameter and compute dtype (float64: a numerics reference mode for equivalence tests; "
+                        "overridable, e.g. to replay an fp32 baseline on an accelerator profile).",
+                        enum=["float32", "bfloat16", "float16", "float64"], override=True),
         "attn_implementation": string("Attention kernel: sdpa, flash_attention_2 (when installed) or eager.",
                                       enum=["sdpa", "flash_attention_2", "eager"]),
         "architecture": _architecture(),

@@ -17,9 +17,9 @@ UTC = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"
 STATUSES = ["running", "complete", "failed", "interrupted"]
 RUNTIMES = ["local", "docker", "torchrun"]
 DEVICE_TYPES = ["cpu", "cuda", "npu"]
-TIERS = ["exact", "band", "statistical"]
+TIERS = ["exact", "replay", "band", "statistical"]
 VERDICT_STATUSES = ["pass", "fail", "refused", "no-baseline"]
-CHECK_GROUPS = ["exact", "band", "statistical", "throughput", "memory"]
+CHECK_GROUPS = ["exact", "replay", "band", "statistical", "throughput", "memory"]
 
 
 def _top(name: str, title: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +53,20 @@ def _software(extra: bool) -> dict[str, Any]:
     return obj("Software stack the run used.", props)
 
 
+def _numerics() -> dict[str, Any]:
+    return obj("The CPU numerics pin in effect (harness.numerics): one instruction-set level and thread count for "
+               "ATen, oneMKL and oneDNN, so pinned runs are bitwise comparable across x86-64 CPUs.", {
+                   "level": string("avx2 = pinned; native = each library uses the machine's widest ISA.",
+                                   enum=["avx2", "native"]),
+                   "reason": string("Why this level (pinned, HARNESS_CPU_ISA=native, unsupported CPU, …).",
+                                    min_length=1),
+                   "env": {"type": "object", "additionalProperties": {"type": ["string", "null"]},
+                           "description": "The pin's variables as they were in effect."},
+                   "cpu_capability": string("ATen's effective CPU capability.", min_length=1),
+                   "threads": integer("torch intra-op threads.", 1),
+               })
+
+
 def _fault() -> dict[str, Any]:
     return {"type": ["object", "null"], "additionalProperties": False, "minProperties": 1,
             "description": "Test-only fault injected through HARNESS_FAULT (null = none). A run with a fault is "
@@ -65,7 +79,7 @@ def _fault() -> dict[str, Any]:
 def _overrides() -> dict[str, Any]:
     return array("--set overrides applied on top of the recipe, in order.", obj("One override.", {
         "key": string("Dotted recipe key.", min_length=1),
-        "value": {"type": ["number", "integer", "null"], "description": "Typed value that was set."},
+        "value": {"type": ["number", "integer", "string", "null"], "description": "Typed value that was set."},
         "source": string("Set by a launcher rather than a user's --set; absent for --set.", min_length=1),
     }, optional=("source",)))
 
@@ -76,7 +90,7 @@ def manifest_schema() -> dict[str, Any]:
     machine = obj("The live machine as probed at the start of the run.", {
         "device_type": string("Accelerator kind found.", enum=DEVICE_TYPES),
         "device_count": integer("Accelerators on this node (1 for cpu).", 1),
-        "device_model": string("Accelerator model name; the CPU architecture (platform.machine) on cpu.",
+        "device_model": string("Accelerator model name; the CPU model name on cpu.",
                                min_length=1),
         "device_memory_gb": number("Memory per accelerator in GB (host memory on cpu).", 0),
         "driver": string("Accelerator driver version; null when not found.", nullable=True),
@@ -84,7 +98,9 @@ def manifest_schema() -> dict[str, Any]:
         "cpu_cores": integer("Logical CPU cores.", 1),
         "host_memory_gb": number("Host memory in GB.", 0),
         "hostname": string("Host name.", min_length=0),
-    })
+        "cpu_model": string("Host CPU model name (/proc/cpuinfo); throughput references are per CPU model on "
+                            "cpu.", min_length=0),
+    }, optional=("cpu_model",))
     schema = obj("A run's manifest: what ran, where and how (rewritten atomically while the run goes).", {
         "schema_version": {"const": 1, "description": "Manifest format version."},
         "status": string("running until the run ends; complete, failed (error set) or interrupted. A run killed "
@@ -125,6 +141,14 @@ def manifest_schema() -> dict[str, Any]:
         }),
         "env": {"type": "object", "additionalProperties": {"type": "string"},
                 "description": "Environment variables that change numerics, as set during the run."},
+        "numerics": _numerics(),
+        "replay": {**obj("Set when the run replayed a baseline's recorded rollouts (teacher-forced); null for a "
+                         "free run.", {
+                             "baseline": string("Baseline file replayed.", min_length=1),
+                             "baseline_sha256": _sha("SHA-256 of that baseline file."),
+                             "rollouts_sha256": _sha("SHA-256 of its rollouts archive (checked before loading)."),
+                             "baseline_profile": string("Profile the baseline was recorded on.", pattern=PROFILE_NAME),
+                         }), "type": ["object", "null"]},
         "fault_injection": _fault(),
         "resolved_config": resolved,
         "model": obj("The model that was built (written once it exists).", {
@@ -151,7 +175,7 @@ def manifest_schema() -> dict[str, Any]:
                              "utc": _utc("When it resumed (UTC)."),
                              "overrides": _overrides(),
                          })),
-    }, optional=("model", "warm_start", "data", "resumes"))
+    }, optional=("model", "warm_start", "data", "resumes", "numerics", "replay"))
     return _top("manifest", "manifest", schema)
 
 
@@ -166,10 +190,20 @@ def _policy() -> dict[str, Any]:
                                     "steps (a std from a few seeds is itself noisy).", 0),
             "failures_per_50_steps": integer("Failing steps allowed per metric per started 50 steps.", 0),
         }),
-        "statistical": obj("Windowed-mean convergence test against the seed distribution (one-sided).", {
-            "window": integer("Last W steps averaged.", 1),
-            "alpha": number("Significance level of the one-sided t-test.", exclusive_min=0, maximum=0.5),
-            "practical_floor": number("A shortfall must also exceed this (metric units) to fail.", 0),
+        "statistical": obj("Late-window means against the seeds' distribution (olympic mean, one-sided t-test, "
+                           "Bonferroni over the metrics: harness.stats).", {
+            "window_fraction": number("Fraction of the steps (the last ones) averaged.", exclusive_min=0, maximum=1),
+            "alpha": number("Family-wise significance level.", exclusive_min=0, maximum=0.5),
+            "practical_floor": number("A reward shortfall must also exceed this (metric units) to fail.", 0),
+        }),
+        "replay": obj("Replay tier: per step |run - ref| <= max(k_noise * reorder noise, dtype_rtol * rms(ref), "
+                      "atol).", {
+            "k_noise": number("Multiple of the measured reorder noise (running maximum up to the step).", 0),
+            "dtype_rtol": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0},
+                           "description": "Run dtype -> precision, relative to the metric's RMS over the steps."},
+            "atol": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0},
+                     "description": "Metric -> absolute floor ('*' for the rest)."},
+            "failures_per_50_steps": integer("Failing steps allowed per metric per started 50 steps.", 0),
         }),
         "throughput": obj("Tokens/s over steady steps (a quantile of the per-step values), one-sided.", {
             "metric": string("Per-step throughput metric.", min_length=1),
@@ -194,6 +228,8 @@ def _series(desc: str) -> dict[str, Any]:
 def baseline_schema() -> dict[str, Any]:
     metric = obj("One metric: the primary seed's values (the exact/band reference) and the noise seeds'.", {
         "tiers": array("Tiers this metric is gated in.", {"type": "string", "enum": TIERS}, min_items=1),
+        "transform": string("Statistical tier: scale the window mean is taken on.", enum=["identity", "log"]),
+        "stat_floor": number("Statistical tier: per-metric practical floor (overrides the policy's).", 0),
         "steps": array("Steps with a value (ascending).", {"type": "integer", "minimum": 0}),
         "values": _series("Primary-seed value at each step (exact JSON floats)."),
         "noise_values": array("Each noise seed's values at the same steps (null where a seed lacks one).",
@@ -202,16 +238,25 @@ def baseline_schema() -> dict[str, Any]:
         "rtol": number("Per-metric override of policy.band.rtol.", 0),
         "atol": number("Per-metric override of policy.band.atol.", 0),
         "direction": string("Statistical tier: which way is a regression.", enum=["higher-is-better",
-                                                                                   "lower-is-better"]),
+                                                                                   "lower-is-better", "two-sided"]),
         "seed_window_means": _series("Statistical tier: each seed's mean over the last window steps."),
-    }, optional=("rtol", "atol", "direction", "seed_window_means"))
-    spread = {"value": number("Reference: the policy's quantile over all seeds' steady steps (throughput) or the "
-                              "median of the seeds' peaks (memory).", 0),
-              "seed_values": _series("Per-seed quantile (throughput) or peak (memory)."),
+    }, optional=("rtol", "atol", "direction", "seed_window_means", "transform", "stat_floor"))
+    spread = {"value": number("Reference: the median of the seeds' peaks.", 0),
+              "seed_values": _series("Per-seed peak."),
               "relative_spread": number("Std of the per-seed values / their median.", 0)}
+    tp_ref = obj("One throughput reference, valid only for runs on this device model with this thread count.", {
+        "device_model": string("Device model (CPU model name on cpu) it was measured on.", min_length=1),
+        "threads": integer("torch threads of those runs.", 1),
+        "runtime": string("Runtime kind of those runs.", enum=RUNTIMES),
+        "value": number("The policy's quantile of tokens/s over all runs' steady steps.", 0),
+        "seed_values": _series("Per-run quantile."),
+        "relative_spread": number("Std of the per-run values / their median.", 0),
+        "recorded_utc": _utc("When measured."),
+    })
     schema = obj("Reference metrics of one recipe at one profile and scale, with its noise floor and policy.", {
         "$schema": string("Path or URI of this schema (editor hint).", min_length=1),
-        "schema_version": {"const": 1, "description": "Baseline format version."},
+        "schema_version": {"const": 2, "description": "Baseline format version (2: replay rollouts, per-model "
+                                                      "throughput references, numerics pin)."},
         "recipe": obj("The recipe recorded.", {"name": string("Recipe id.", min_length=1),
                                                "hash": _sha("Recipe file hash (runs of another hash are refused)."),
                                                "config_hash": _sha("Resolved config hash of the primary run.")}),
@@ -227,13 +272,18 @@ def baseline_schema() -> dict[str, Any]:
                              {"type": "integer", "minimum": 0}),
         "environment": obj("Manifest summary of the primary run (decides exact-tier eligibility).", {
             "deterministic": boolean("Deterministic algorithms were forced."),
-            "software": _software(extra=False),
+            "software": _software(extra=True),
             "machine": obj("Machine summary.", {
                 "arch": string("CPU architecture (platform.machine).", min_length=1),
                 "device_type": string("Accelerator kind.", enum=DEVICE_TYPES),
-                "device_model": string("Accelerator model (CPU architecture on cpu).", min_length=1),
+                "device_model": string("Accelerator model (CPU model name on cpu).", min_length=1),
                 "device_count": integer("Accelerators per node.", 1),
+                "cpu_model": string("Host CPU model name.", min_length=0),
+                "driver": string("Accelerator driver; null on cpu.", nullable=True),
+                "runtime": string("CUDA / CANN runtime; null on cpu.", nullable=True),
             }),
+            "numerics": {"type": ["object", "null"], "description": "The CPU numerics pin that decides bitwise "
+                                                                    "comparability across CPU models (null: none)."},
             "runtime": obj("Launch.", {
                 "kind": string("Runtime kind.", enum=RUNTIMES),
                 "world_size": integer("Training processes.", 1),
@@ -249,14 +299,25 @@ def baseline_schema() -> dict[str, Any]:
         "policy": _policy(),
         "metrics": {"type": "object", "minProperties": 1, "additionalProperties": metric,
                     "description": "Metric name (verl naming) -> series. Timing metrics are never here."},
-        "throughput": obj("perf/throughput over steady steps (tokens/s).", spread),
+        "throughput": obj("perf/throughput over steady steps (tokens/s), per device model.", {
+            "references": array("References, one per device model and thread count (record-baseline "
+                                "--throughput-only adds this machine's).", tp_ref, min_items=1)}),
+        "replay": obj("The primary run's rollouts for the replay tier, and the reorder noise measured on them.", {
+            "file": string("Rollouts archive beside this file (.npz, read without pickle).", min_length=1),
+            "sha256": _sha("SHA-256 of the archive (checked before it is read)."),
+            "metrics": array("Metrics gated under replay.", {"type": "string"}, min_items=1),
+            "perturbation": string("How the noise was measured: the replay repeated with the arithmetic in another "
+                                   "order.", min_length=1),
+            "noise": {"type": "object", "additionalProperties": array("Per step.", {"type": ["number", "null"]}),
+                      "description": "Metric -> |perturbed replay - primary run| at each step."},
+        }),
         "memory": obj("Peak perf/max_memory_allocated_gb per seed (GB).", spread),
         "runs": array("The recorded runs, primary first.", obj("One run.", {
             "seed": integer("Seed.", 0),
             "run_dir": string("Run directory (as recorded; may be gone).", min_length=1),
             "metrics_sha256": _sha("SHA-256 of its metrics.jsonl."),
         }), min_items=1),
-    }, optional=("$schema",))
+    }, optional=("$schema", "replay"))
     return _top("baseline", "baseline", schema)
 
 
@@ -309,6 +370,12 @@ def verdict_schema() -> dict[str, Any]:
         "fault_injection": _fault(),
         "reasons": array("Why the run failed or was refused (one line each).", {"type": "string"}),
         "notices": array("Things to know that do not change the status.", {"type": "string"}),
+        "changes": array("Every environment difference between the baseline and the run.", obj("One difference.", {
+            "key": string("What differs (package, device model, driver, numerics pin, …).", min_length=1),
+            "baseline": {"description": "The baseline's value."},
+            "run": {"description": "The run's value."},
+            "blocks_exact": boolean("Whether it rules out bitwise comparison."),
+        })),
         "counts": {"type": "object", "additionalProperties": group_count,
                    "description": "Per check group: checks and failures."},
         "checks": array("Every check.", check),

@@ -1,10 +1,12 @@
 """``harness record-baseline RECIPE --profile P --seeds N``: record the reference a recipe is judged against.
 
-Runs N seeded runs in this process (the recipe's seed, then ``seed + k`` via ``--set seed=...``)
-under ``runs/baseline-<recipe>-<profile>-<scale>-<time>/seed-<s>/`` and writes
-``baselines/<recipe>/<profile>-<scale>.json`` once, atomically, when all of them finished: a
-killed recording never leaves a partial baseline. An existing baseline is only replaced with
-``--force``.
+Runs N seeded runs, each in its own process (the recipe's seed, then ``seed + k`` via ``--set
+seed=...``) under ``runs/baseline-<recipe>-<profile>-<scale>-<time>/seed-<s>/``, packs the primary
+run's rollouts for the replay tier, measures the replay noise, and writes
+``baselines/<recipe>/<profile>-<scale>.json`` (+ ``.rollouts.npz``) once, atomically, when all of
+them finished: a killed recording never leaves a partial baseline. An existing baseline is only
+replaced with ``--force``. ``--throughput-only`` adds this machine's throughput reference to an
+existing baseline instead (throughput is only compared between runs on the same device model).
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ HELP = "Record a baseline from N seeded runs (noise floor, throughput, memory, t
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_target_arguments(p)
-    p.add_argument("--seeds", type=int, default=3, help="seeded runs: the recipe's seed plus N-1 more (default: 3)")
+    p.add_argument("--seeds", type=int, default=5, help="seeded runs: the recipe's seed plus N-1 more (default: 5; "
+                   "the statistical tier needs at least 5 for its olympic mean)")
+    p.add_argument("--throughput-only", action="store_true", help="add this machine's throughput reference (device "
+                   "model and thread count) to the existing baseline, from --seeds runs of the recipe's seed")
     p.add_argument("--steps", type=int, help="GRPO steps per run (default: the recipe's total)")
     p.add_argument("--force", action="store_true", help="replace an existing baseline")
     p.add_argument("--out", type=Path, help="baseline file (default: baselines/<recipe>/<profile>-<scale>.json)")
@@ -31,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.baseline import default_path, record
+    from harness.baseline import default_path
+    from harness.baseline_record import record
     from harness.commands.run import preflight
     from harness.recipe import resolve
     from harness.record import default_run_dir
@@ -46,11 +52,22 @@ def execute(args: argparse.Namespace) -> int:
     command = "harness record-baseline " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index(
         "record-baseline") + 1:]) if "record-baseline" in sys.argv else \
         f"harness record-baseline {res.name} --profile {profile} --scale {args.scale} --seeds {args.seeds}"
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    if args.throughput_only:
+        from harness.baseline_record import record_throughput
+
+        ref = record_throughput(args.recipe, profile, args.scale, runs=args.seeds, steps=args.steps, out=out,
+                                runs_dir=runs_dir, progress=not args.quiet, force=args.force, log=log)
+        print(f"wrote {out}: throughput reference for {ref['device_model']} ({ref['threads']} threads): "
+              f"{ref['value']:,.0f} tok/s (spread {ref['relative_spread'] * 100:.1f}%)")
+        return EXIT_OK
     doc = record(args.recipe, profile, args.scale, seeds=args.seeds, steps=args.steps, out=out, runs_dir=runs_dir,
                  command=command, progress=not args.quiet, force=args.force,
-                 log=lambda s: print(s, file=sys.stderr, flush=True))
+                 log=log)
+    tp = doc["throughput"]["references"][0]
     score = doc["metrics"].get("critic/score/mean", {}).get("values", [None])[-1]
     print(f"wrote {out}: {doc['steps']} steps x {1 + len(doc['noise_seeds'])} seeds; final reward "
-          f"{score if score is None else round(score, 4)}; throughput {doc['throughput']['value']:,.0f} tok/s "
-          f"(spread {doc['throughput']['relative_spread'] * 100:.1f}%); peak memory {doc['memory']['value']:.3f} GB")
+          f"{score if score is None else round(score, 4)}; throughput {tp['value']:,.0f} tok/s on {tp['device_model']} "
+          f"(spread {tp['relative_spread'] * 100:.1f}%); peak memory {doc['memory']['value']:.3f} GB; replay noise "
+          f"measured ({doc['replay']['perturbation']})")
     return EXIT_OK

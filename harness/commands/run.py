@@ -35,6 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
     p.add_argument("--out", type=Path, help="run directory (default: runs/<recipe>-<profile>-<utc time>/)")
     p.add_argument("--baseline", type=Path, help="baseline file (default: baselines/<recipe>/<profile>-<scale>.json)")
+    p.add_argument("--tier", choices=("exact", "replay", "band", "statistical"),
+                   help="how to judge: exact (bitwise), replay (train on the baseline's recorded rollouts, "
+                        "teacher-forced; also across profiles), band, statistical (another seed or machine, free "
+                        "run); default: exact when this machine can reproduce the baseline bitwise, else replay")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an unfinished run from its newest "
                    "complete checkpoint (the original --set overrides and --steps are reused; see "
                    "harness/checkpoint.py for the rule)")
@@ -82,13 +86,50 @@ def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[st
     return (requested, image or (res.profile["container_image"]["reference"] if requested == "docker" else None))
 
 
-def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime: str, image: str | None) -> None:
+def plan_replay(args: argparse.Namespace, res: Resolved, runtime: str) -> Path | None:
+    """The baseline to replay, or None for a free run.
+
+    Forced with ``--tier replay``; chosen by default when the baseline has recorded rollouts, the run
+    uses the baseline's seed and runs locally, but this machine cannot reproduce it bitwise (another
+    software version, numerics pin, device, …): then a free run could only be judged statistically,
+    while a replay checks every training step.
+    """
+    from harness import environment
+    from harness.baseline import default_path, load_baseline
+
+    forced = getattr(args, "tier", None)
+    path = args.baseline or default_path(res.name, res.profile_name, res.scale)
+    if forced == "replay":
+        if not path.is_file():
+            raise HarnessError("no baseline to replay", file=str(path),
+                               fix="record one (`harness record-baseline`) or name it with --baseline")
+        if runtime != "local":
+            raise HarnessError(f"a replay runs locally, not with --runtime {runtime}", key_path="--runtime",
+                               fix="use --runtime local")
+        return path
+    if forced is not None or args.stage == "train" or runtime != "local" or not path.is_file() \
+            or getattr(args, "resume", None) is not None:
+        return None
+    baseline = load_baseline(path)
+    if not baseline.get("replay") or res.config["seed"] != baseline["primary_seed"]:
+        return None
+    live = environment.live_summary(res, "local", 1)
+    blocking = [c.text() for c in environment.changes(live, baseline["environment"]) if c.blocks_exact]
+    if not blocking:
+        return None
+    sys.stderr.write(f"notice: this machine cannot reproduce the baseline bitwise ({'; '.join(blocking)}): "
+                     "replaying its recorded rollouts instead (--tier replay)\n")
+    return path
+
+
+def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime: str, image: str | None,
+                replay: Path | None = None) -> None:
     if runtime == "local":
         from harness.runner import train
 
         resume = list(args.overrides) if getattr(args, "resume", None) is not None else None
         train(res, run_dir, steps=args.steps, runtime=os.environ.get("HARNESS_RUNTIME", "local"),
-              progress=not args.quiet, resume=resume)
+              progress=not args.quiet, resume=resume, replay=replay)
     elif runtime == "docker":
         from harness.runtime.docker import run_in_docker
 
@@ -166,17 +207,19 @@ def execute(args: argparse.Namespace) -> int:
         runtime, image = choose_runtime(args.runtime, res, args.image)
     if args.resume is not None:
         check_resume(args, res, run_dir, runtime)
-    train_stage(res, args, run_dir, runtime, image)
+    replay = plan_replay(args, res, runtime)
+    train_stage(res, args, run_dir, runtime, image, replay)
     if args.stage == "train":
         return EXIT_OK
-    return judge_and_report(res, run_dir, baseline=args.baseline, quiet=args.quiet)
+    return judge_and_report(res, run_dir, baseline=args.baseline or replay, quiet=args.quiet, tier=args.tier)
 
 
-def judge_and_report(res: Resolved, run_dir: Path, *, baseline: Path | None, quiet: bool) -> int:
+def judge_and_report(res: Resolved, run_dir: Path, *, baseline: Path | None, quiet: bool,
+                     tier: str | None = None) -> int:
     from harness.compare import judge
     from harness.report import write_run_report
 
-    verdict = judge(run_dir, res, baseline_path=baseline)
+    verdict = judge(run_dir, res, baseline_path=baseline, tier=tier)
     write_run_report(run_dir, verdict)
     print(verdict.summary_line())
     if not quiet:

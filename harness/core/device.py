@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from harness.errors import HarnessError
+from harness.numerics import PIN_ENV
 
 # Environment that makes kernels and collectives deterministic (set before CUDA/NCCL/HCCL start).
 DETERMINISTIC_ENV = {
@@ -32,7 +33,7 @@ NUMERICS_ENV = sorted(set(DETERMINISTIC_ENV) | {
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "NVIDIA_TF32_OVERRIDE",
     "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NCCL_NVLS_ENABLE", "PYTORCH_CUDA_ALLOC_CONF", "HCCL_ALGO",
     "ASCEND_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING",
-})
+} | set(PIN_ENV))
 
 
 def resolve_device(kind: str, local_rank: int = 0) -> torch.device:

@@ -24,6 +24,7 @@ from harness.core import algos
 from harness.core.data import PromptLoader, build_synthetic, collate_prompts, load_local
 from harness.core.device import peak_memory_gb, release_host_memory, reset_peak_memory, synchronize
 from harness.core.models import BuiltModel, banned_bias, build_models
+from harness.core.replay import ReplaySource, replayed_batch
 from harness.core.reward import get_reward
 from harness.core.rollout import RolloutBatch, draw_uniforms, generate
 from harness.core.tokenizer import NON_SAMPLABLE, load_tokenizer, special_token_ids
@@ -108,6 +109,8 @@ class GRPOTrainer:
             kl_coef=self.actor_cfg["kl_loss_coef"], kl_type=self.actor_cfg["kl_loss_type"],
             temperature=self.rollout_cfg["temperature"], policy_loss=self.actor_cfg["policy_loss"]["loss_mode"])
         self.advantage_sign = 1.0  # -1 only in the sign-flip mutation test
+        self.replay: ReplaySource | None = None  # set for a replay run (harness.core.replay)
+        self.last_rollout: tuple[RolloutBatch, dict[str, torch.Tensor]] | None = None
         self.tokens_seen = 0
 
     # ------------------------------------------------------------------ setup helpers
@@ -180,6 +183,14 @@ class GRPOTrainer:
         finally:
             model.train(was_training)
 
+    def _replayed(self, batch: list[Any], step: int, n: int) -> tuple[RolloutBatch, dict[str, torch.Tensor]]:
+        """The recorded rollout of ``step`` on this run's own prompts (pixels from this run's data)."""
+        prompts, pixels, grids, _ = self._prompts_on_device(batch)
+        rep = lambda t: t.repeat_interleave(n, dim=0)  # noqa: E731 - groups contiguous, as in generate()
+        return replayed_batch(self.replay.step(step), rep(prompts["input_ids"]), rep(prompts["attention_mask"]),
+                              [p for p in pixels for _ in range(n)], [g for g in grids for _ in range(n)],
+                              step=step, source=self.replay.path)
+
     def score(self, rb: RolloutBatch, examples: list[Any], n: int) -> dict[str, torch.Tensor]:
         """Rule-based rewards per sequence (decoded without special tokens)."""
         scores, accs, fmts = [], [], []
@@ -204,13 +215,18 @@ class GRPOTrainer:
         n = self.rollout_cfg["n"]
 
         t = self._tick()
-        rb = self.rollout(batch, step=step, n=n, sampling=self.rollout_cfg, prompt_index=index,
-                          global_prompts=len(global_batch))
+        if self.replay is not None:  # teacher-forced: the baseline's tokens and rewards, no sampling
+            rb, rewards = self._replayed(batch, step, n)
+        else:
+            rb = self.rollout(batch, step=step, n=n, sampling=self.rollout_cfg, prompt_index=index,
+                              global_prompts=len(global_batch))
         timing["timing_s/gen"] = self._tock(t)
 
         t = self._tick()
-        rewards = self.score(rb, [p.example for p in batch], n)
+        if self.replay is None:
+            rewards = self.score(rb, [p.example for p in batch], n)
         timing["timing_s/reward"] = self._tock(t)
+        self.last_rollout = (rb, rewards)
 
         t = self._tick()
         adv_fn = algos.get_adv_estimator(self.cfg["algorithm"]["adv_estimator"])
@@ -282,9 +298,10 @@ class GRPOTrainer:
         max_len = self.cfg["data"]["max_response_length"]
         clipped = (resp_len >= max_len).double()
         m["response_length/clip_ratio"] = float(self.dist.all_reduce(clipped.sum()) / (rb.size * self.dist.world))
-        diff = (rb.tensors["old_logp"].exp() - rb.rollout_logp.exp()).abs()[valid]
-        m["training/rollout_probs_diff_max"] = float(diff.max()) if diff.numel() else 0.0
-        m["training/rollout_probs_diff_mean"] = float(diff.mean()) if diff.numel() else 0.0
+        if self.replay is None:  # a replayed rollout has no generation-time log-probs
+            diff = (rb.tensors["old_logp"].exp() - rb.rollout_logp.exp()).abs()[valid]
+            m["training/rollout_probs_diff_max"] = float(diff.max()) if diff.numel() else 0.0
+            m["training/rollout_probs_diff_mean"] = float(diff.mean()) if diff.numel() else 0.0
         tokens = float(self.dist.all_reduce((resp_len.sum() + prompt_len.sum()).double()))
         self.tokens_seen += int(tokens)
         m["perf/total_num_tokens"] = tokens

@@ -39,6 +39,13 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
+def _numerics_key() -> dict[str, Any]:
+    from harness import numerics
+
+    rec = numerics.record()
+    return {k: rec[k] for k in ("level", "env", "cpu_capability", "threads")}
+
+
 def cache_key(tr: GRPOTrainer) -> str:
     cfg = tr.cfg
     blob = {
@@ -47,6 +54,8 @@ def cache_key(tr: GRPOTrainer) -> str:
         "tokenizer": hashlib.sha256(tr.tok.backend_tokenizer.to_str().encode()).hexdigest(),
         "harness": __version__, "code": code_fingerprint(), "torch": torch.__version__, "device": tr.device.type,
         "deterministic": cfg["deterministic"],
+        # the CPU numerics decide the weights' bits: a cache made unpinned never seeds a pinned run
+        "numerics": _numerics_key() if tr.device.type == "cpu" else None,
     }
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:24]
 

@@ -1,4 +1,4 @@
-"""Comparison tiers on synthetic metric series: exact, band, statistical, throughput, memory, tier choice."""
+"""Comparison tiers on synthetic metric series: exact, replay, band, statistical, throughput, memory, tier choice."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 
 from harness import baseline as B
 from harness import compare as C
+from harness import environment as E
+from harness import tiers as T
 from harness.jsonio import write_json_atomic
 from harness.schema import check, schema_errors
 from harness.schema_defs import all_schemas, render
@@ -21,6 +23,15 @@ STEPS = 20
 
 def _series(fn, steps=STEPS, start=1):
     return {k: float(fn(k)) for k in range(start, steps + 1)}
+
+
+MODEL = "Test CPU"
+
+
+def ev(run, base, tiers, upto, env=None, dtype="float32"):
+    """Every check of ``tiers`` (plus throughput and memory) of ``run`` against ``base``."""
+    env = env or {"machine": {"device_model": MODEL}, "software": {"threads": 2}}
+    return T.evaluate(T.Context(run, base, upto, env, dtype), tiers)
 
 
 def _baseline(metrics: dict[str, dict], *, steps=STEPS, policy=None, throughput=1000.0, spread=0.0, memory=1.0):
@@ -35,11 +46,16 @@ def _baseline(metrics: dict[str, dict], *, steps=STEPS, policy=None, throughput=
             std.append(float(__import__("statistics").stdev(vals)) if len(vals) > 1 else 0.0)
         entry = {"tiers": B.metric_tiers(name), "steps": ks, "values": [spec["ref"][k] for k in ks],
                  "noise_values": noise, "noise_std": std}
-        if B.stat_direction(name):
-            entry["direction"] = B.stat_direction(name)
+        spec_ = B.stat_spec(name)
+        if spec_:
+            entry["direction"], entry["transform"] = spec_[0], spec_[1]
+            if spec_[2] is not None:
+                entry["stat_floor"] = spec_[2]
         out[name] = entry
+    tp = {"device_model": MODEL, "threads": 2, "runtime": "local", "value": throughput, "seed_values": [throughput],
+          "relative_spread": spread, "recorded_utc": "2026-01-01T00:00:00Z"}
     return {"metrics": out, "steps": steps, "policy": copy.deepcopy(policy or B.DEFAULT_POLICY),
-            "throughput": {"value": throughput, "seed_values": [throughput], "relative_spread": spread},
+            "throughput": {"references": [tp]},
             "memory": {"value": memory, "seed_values": [memory], "relative_spread": 0.0}}
 
 
@@ -55,9 +71,10 @@ def test_timing_prefixes_match_the_trainer():
 
 
 @pytest.mark.parametrize("name,tiers", [
-    ("actor/pg_loss", ["exact", "band"]),
-    ("critic/score/mean", ["exact", "band", "statistical"]),
-    ("critic/score/max", ["exact"]),
+    ("actor/pg_loss", ["exact", "replay", "band"]),
+    ("actor/kl_loss", ["exact", "replay", "band", "statistical"]),
+    ("critic/score/mean", ["exact", "replay", "band", "statistical"]),
+    ("critic/score/max", ["exact", "replay"]),
     ("training/rollout_probs_diff_mean", ["exact"]),
     ("val-core/synthetic/color/reward/mean", ["exact", "band", "statistical"]),
     ("perf/throughput", []), ("timing_s/step", []),
@@ -72,35 +89,37 @@ def test_window_mean_dense_and_sparse():
     assert B.window_mean({0: 0.3, 10: 0.6, 20: 0.9}, 20, 5) == 0.9
     assert B.window_mean({0: 0.3, 10: 0.6}, 19, 5) == 0.6  # no value in the window: the last one before
     assert B.window_mean({}, 10, 3) is None
-    assert B.effective_window(10, 40) == 10 and B.effective_window(10, 12) == 6 and B.effective_window(10, 1) == 1
+    pol = {"window_fraction": 0.2}
+    assert B.statistical_window(pol, 40) == 8 and B.statistical_window(pol, 12) == 3
+    assert B.statistical_window(pol, 1) == 1 and B.statistical_window({"window_fraction": 0.9}, 10) == 5
 
 
 # ----------------------------------------------------------------------------- exact
 def test_exact_equal_and_one_ulp_off():
     ref = _series(lambda k: 0.1 * k)
     base = _baseline({"actor/pg_loss": {"ref": ref}})
-    checks, _ = C.evaluate({"actor/pg_loss": dict(ref)}, base, ["exact"], STEPS)
+    checks, _ = ev({"actor/pg_loss": dict(ref)}, base, ["exact"], STEPS)
     assert _by(checks, "exact")[0].passed
     run = dict(ref)
     run[7] = math.nextafter(run[7], 1.0)
-    c = _by(C.evaluate({"actor/pg_loss": run}, base, ["exact"], STEPS)[0], "exact")[0]
+    c = _by(ev({"actor/pg_loss": run}, base, ["exact"], STEPS)[0], "exact")[0]
     assert not c.passed and c.step == 7 and c.failing_steps == [7] and c.tolerance == 0.0
 
 
 def test_exact_distinguishes_signed_zero_and_missing_steps():
-    assert not C.bitwise_equal(0.0, -0.0)
-    assert C.bitwise_equal(float("nan"), float("nan"))
-    assert not C.bitwise_equal(None, 1.0)
+    assert not T.bitwise_equal(0.0, -0.0)
+    assert T.bitwise_equal(float("nan"), float("nan"))
+    assert not T.bitwise_equal(None, 1.0)
     base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: k)}})
     run = {"actor/pg_loss": _series(lambda k: k, steps=10)}
-    c = _by(C.evaluate(run, base, ["exact"], STEPS)[0], "exact")[0]
+    c = _by(ev(run, base, ["exact"], STEPS)[0], "exact")[0]
     assert not c.passed and c.step == 11 and len(c.failing_steps) == 10
 
 
 def test_prefix_comparison_only_looks_at_compared_steps():
     base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: k)}})
     run = {"actor/pg_loss": _series(lambda k: k, steps=8)}
-    c = _by(C.evaluate(run, base, ["exact", "band"], 8)[0], "exact")[0]
+    c = _by(ev(run, base, ["exact", "band"], 8)[0], "exact")[0]
     assert c.passed and c.steps_compared == 8
 
 
@@ -112,32 +131,32 @@ def test_band_uses_noise_floor_rtol_and_allowed_failures():
     band = base["policy"]["band"]
     # std ~0.01 -> k*noise = 0.03 < rtol*|ref| = 0.05: rtol governs
     run = {"actor/entropy": _series(lambda k: 1.049)}
-    assert _by(C.evaluate(run, base, ["band"], STEPS)[0], "band")[0].passed
+    assert _by(ev(run, base, ["band"], STEPS)[0], "band")[0].passed
     run = {"actor/entropy": _series(lambda k: 1.06 if k == 5 else 1.0)}  # one failing step: allowed
-    c = _by(C.evaluate(run, base, ["band"], STEPS)[0], "band")[0]
+    c = _by(ev(run, base, ["band"], STEPS)[0], "band")[0]
     assert c.passed and c.failing_steps == [5] and c.step == 5
     run = {"actor/entropy": _series(lambda k: 1.06 if k in (5, 9) else 1.0)}
-    c = _by(C.evaluate(run, base, ["band"], STEPS)[0], "band")[0]
+    c = _by(ev(run, base, ["band"], STEPS)[0], "band")[0]
     assert not c.passed and c.failing_steps == [5, 9]
     assert band["failures_per_50_steps"] == 1
 
 
 def test_band_noise_window_takes_the_largest_nearby_std():
-    assert C.noise_floor([0.0, 0.0, 1.0, 0.0, 0.0, 0.0], 0, 2) == 1.0
-    assert C.noise_floor([0.0, 0.0, 1.0, 0.0, 0.0, 0.0], 5, 2) == 0.0
+    assert T.noise_floor([0.0, 0.0, 1.0, 0.0, 0.0, 0.0], 0, 2) == 1.0
+    assert T.noise_floor([0.0, 0.0, 1.0, 0.0, 0.0, 0.0], 5, 2) == 0.0
     ref = _series(lambda k: 0.0)
     noise = [_series(lambda k: 0.5 if k == 10 else 0.0)]  # std 0.35 at step 10 only
     base = _baseline({"actor/pg_loss": {"ref": ref, "noise": noise}})
     run = {"actor/pg_loss": _series(lambda k: 0.9 if k in (8, 12) else 0.0)}  # within 3*0.35 thanks to the window
-    assert _by(C.evaluate(run, base, ["band"], STEPS)[0], "band")[0].passed
+    assert _by(ev(run, base, ["band"], STEPS)[0], "band")[0].passed
 
 
 def test_band_nan_and_missing_fail():
     base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: 1.0)}})
     run = {"actor/pg_loss": _series(lambda k: float("nan") if k > 10 else 1.0)}
-    c = _by(C.evaluate(run, base, ["band"], STEPS)[0], "band")[0]
+    c = _by(ev(run, base, ["band"], STEPS)[0], "band")[0]
     assert not c.passed and len(c.failing_steps) == 10 and c.as_dict()["run_value"] is None
-    c = _by(C.evaluate({}, base, ["band"], STEPS)[0], "band")[0]
+    c = _by(ev({}, base, ["band"], STEPS)[0], "band")[0]
     assert not c.passed
 
 
@@ -145,7 +164,7 @@ def test_band_per_metric_atol_override():
     base = _baseline({"critic/advantages/mean": {"ref": _series(lambda k: 1e-8)}})
     base["metrics"]["critic/advantages/mean"]["atol"] = 1e-5
     run = {"critic/advantages/mean": _series(lambda k: -3e-6)}
-    assert _by(C.evaluate(run, base, ["band"], STEPS)[0], "band")[0].passed
+    assert _by(ev(run, base, ["band"], STEPS)[0], "band")[0].passed
 
 
 # ----------------------------------------------------------------------------- statistical
@@ -157,45 +176,81 @@ def _reward_baseline(finals=(0.9, 0.85, 0.95)):
 def test_statistical_one_sided():
     base = _reward_baseline()
     good = {"critic/score/mean": _series(lambda k: 0.88 * k / STEPS)}
-    c = _by(C.evaluate(good, base, ["statistical"], STEPS)[0], "statistical")[0]
+    c = _by(ev(good, base, ["statistical"], STEPS)[0], "statistical")[0]
     assert c.passed and c.tolerance > base["policy"]["statistical"]["practical_floor"]
     better = {"critic/score/mean": _series(lambda k: 1.5 * k / STEPS)}
-    assert _by(C.evaluate(better, base, ["statistical"], STEPS)[0], "statistical")[0].passed  # one-sided
+    assert _by(ev(better, base, ["statistical"], STEPS)[0], "statistical")[0].passed  # one-sided
     bad = {"critic/score/mean": _series(lambda k: 0.2)}
-    c = _by(C.evaluate(bad, base, ["statistical"], STEPS)[0], "statistical")[0]
-    assert not c.passed and c.run_value == pytest.approx(0.2) and "below" in c.detail
+    c = _by(ev(bad, base, ["statistical"], STEPS)[0], "statistical")[0]
+    assert not c.passed and c.run_value == pytest.approx(0.2) and "off by" in c.detail
 
 
-def test_statistical_threshold_matches_the_t_distribution():
-    from scipy import stats
+def test_statistical_bound_matches_the_t_distribution():
+    from scipy import stats as st
 
-    mu, sd, allowed = C.stat_threshold([0.8, 0.9, 1.0], 0.05, 0.01)
-    assert mu == pytest.approx(0.9) and sd == pytest.approx(0.1)
-    assert allowed == pytest.approx(stats.t.ppf(0.95, 2) * 0.1 * math.sqrt(4 / 3))
-    assert C.stat_threshold([0.9], 0.05, 0.05) == (0.9, 0.0, 0.05)  # one seed: the practical floor
-    assert C.stat_threshold([0.9, 0.9], 0.05, 0.05)[2] == 0.05
+    from harness import stats
+
+    b = stats.prediction_bound([0.8, 0.9, 1.0], 0.05, 0.01)
+    assert b.centre == pytest.approx(0.9) and b.sd == pytest.approx(0.1)
+    assert b.allowed == pytest.approx(st.t.ppf(0.95, 2) * 0.1 * math.sqrt(4 / 3))
+    one = stats.prediction_bound([0.9], 0.05, 0.05)
+    assert (one.centre, one.sd, one.allowed) == (0.9, 0.0, 0.05)  # one seed: the practical floor
+    assert stats.prediction_bound([0.9, 0.9], 0.05, 0.05).allowed == 0.05
+
+
+def test_olympic_mean_drops_one_extreme_each_side_from_five_values():
+    from harness import stats
+
+    assert stats.olympic_mean([1.0, 2.0, 3.0, 4.0]) == 2.5  # too few: plain mean
+    assert stats.olympic_mean([0.0, 2.0, 3.0, 4.0, 100.0]) == 3.0
+    assert stats.olympic_mean([5.0, 1.0, 1.0, 1.0, 9.0, 1.0]) == 2.0
+
+
+def test_bonferroni_splits_alpha_over_metrics_and_tails():
+    from harness import stats
+
+    assert stats.per_test_alpha(0.05, 5, "higher-is-better") == pytest.approx(0.01)
+    assert stats.per_test_alpha(0.05, 5, "two-sided") == pytest.approx(0.005)
+    assert stats.shortfall(0.8, 0.9, "higher-is-better") == pytest.approx(0.1)
+    assert stats.shortfall(0.8, 0.9, "lower-is-better") == pytest.approx(-0.1)
+    assert stats.shortfall(0.8, 0.9, "two-sided") == pytest.approx(0.1)
+
+
+def test_statistical_two_sided_and_log_scale():
+    seeds = [_series(lambda k, f=f: f) for f in (0.10, 0.11, 0.09, 0.10, 0.12)]
+    base = _baseline({"actor/kl_loss": {"ref": seeds[0], "noise": seeds[1:]},
+                      "actor/pg_clipfrac": {"ref": seeds[0], "noise": seeds[1:]}})
+    ok = {"actor/kl_loss": _series(lambda k: 0.105), "actor/pg_clipfrac": _series(lambda k: 0.105)}
+    assert all(c.passed for c in _by(ev(ok, base, ["statistical"], STEPS)[0], "statistical"))
+    low = {"actor/kl_loss": _series(lambda k: 0.01), "actor/pg_clipfrac": _series(lambda k: 0.01)}
+    checks = {c.metric: c for c in _by(ev(low, base, ["statistical"], STEPS)[0], "statistical")}
+    assert checks["actor/kl_loss"].passed  # lower KL is not a regression
+    assert not checks["actor/pg_clipfrac"].passed and "two-sided" in checks["actor/pg_clipfrac"].detail
+    high = {"actor/kl_loss": _series(lambda k: 0.5), "actor/pg_clipfrac": _series(lambda k: 0.105)}
+    c = _by(ev(high, base, ["statistical"], STEPS)[0], "statistical", "actor/kl_loss")[0]
+    assert not c.passed and c.detail.startswith("log mean") and c.run_value == pytest.approx(math.log(0.5))
 
 
 def test_statistical_lower_is_better_direction():
     base = _reward_baseline()
     base["metrics"]["critic/score/mean"]["direction"] = "lower-is-better"
     high = {"critic/score/mean": _series(lambda k: 5.0)}
-    assert not _by(C.evaluate(high, base, ["statistical"], STEPS)[0], "statistical")[0].passed
+    assert not _by(ev(high, base, ["statistical"], STEPS)[0], "statistical")[0].passed
     low = {"critic/score/mean": _series(lambda k: 0.0)}
-    assert _by(C.evaluate(low, base, ["statistical"], STEPS)[0], "statistical")[0].passed
+    assert _by(ev(low, base, ["statistical"], STEPS)[0], "statistical")[0].passed
 
 
 # ----------------------------------------------------------------------------- throughput / memory
 def test_throughput_one_sided_with_refresh_notice():
     base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: 0.0)}}, throughput=1000.0, spread=0.02)
     slow = {"perf/throughput": _series(lambda k: 1.0 if k <= 2 else 1000.0 / 1.3)}
-    checks, _ = C.evaluate(slow, base, [], STEPS)
+    checks, _ = ev(slow, base, [], STEPS)
     c = _by(checks, "throughput")[0]
     assert not c.passed and c.tolerance == pytest.approx(150.0) and c.steps_compared == STEPS - 2
     ok = {"perf/throughput": _series(lambda k: 900.0)}
-    assert _by(C.evaluate(ok, base, [], STEPS)[0], "throughput")[0].passed
+    assert _by(ev(ok, base, [], STEPS)[0], "throughput")[0].passed
     fast = {"perf/throughput": _series(lambda k: 2000.0)}
-    checks, notices = C.evaluate(fast, base, [], STEPS)
+    checks, notices = ev(fast, base, [], STEPS)
     assert _by(checks, "throughput")[0].passed and any("refresh the baseline" in n for n in notices)
 
 
@@ -211,28 +266,28 @@ def test_throughput_upper_quantile_ignores_contended_steps():
     """Steps stretched by other processes do not fail a run whose fast steps keep the baseline's speed."""
     base = _baseline({}, throughput=1000.0)
     contended = {"perf/throughput": _series(lambda k: 1000.0 if k % 4 == 0 else 150.0)}
-    assert _by(C.evaluate(contended, base, [], STEPS)[0], "throughput")[0].passed
+    assert _by(ev(contended, base, [], STEPS)[0], "throughput")[0].passed
     slowed = {"perf/throughput": _series(lambda k: 1000.0 / 1.3 if k % 4 == 0 else 150.0)}
-    assert not _by(C.evaluate(slowed, base, [], STEPS)[0], "throughput")[0].passed
+    assert not _by(ev(slowed, base, [], STEPS)[0], "throughput")[0].passed
 
 
 def test_throughput_tolerance_follows_the_spread_within_limits():
     for spread, tol in ((0.0, 0.15), (0.06, 0.18), (0.5, 0.2)):
         base = _baseline({}, throughput=1000.0, spread=spread)
-        c = _by(C.evaluate({"perf/throughput": _series(lambda k: 1000.0)}, base, [], STEPS)[0], "throughput")[0]
+        c = _by(ev({"perf/throughput": _series(lambda k: 1000.0)}, base, [], STEPS)[0], "throughput")[0]
         assert c.tolerance == pytest.approx(1000.0 * tol)
 
 
 def test_throughput_needs_steady_steps():
     base = _baseline({}, throughput=1000.0)
-    checks, notices = C.evaluate({"perf/throughput": {1: 5.0, 2: 5.0}}, base, [], 2)
+    checks, notices = ev({"perf/throughput": {1: 5.0, 2: 5.0}}, base, [], 2)
     assert not _by(checks, "throughput") and "warm-up" in notices[0]
 
 
 def test_memory_ceiling():
     base = _baseline({}, memory=1.0)
-    assert _by(C.evaluate({"perf/max_memory_allocated_gb": {1: 1.09}}, base, [], 1)[0], "memory")[0].passed
-    assert not _by(C.evaluate({"perf/max_memory_allocated_gb": {1: 1.2}}, base, [], 1)[0], "memory")[0].passed
+    assert _by(ev({"perf/max_memory_allocated_gb": {1: 1.09}}, base, [], 1)[0], "memory")[0].passed
+    assert not _by(ev({"perf/max_memory_allocated_gb": {1: 1.2}}, base, [], 1)[0], "memory")[0].passed
 
 
 # ----------------------------------------------------------------------------- tier choice and refusal
@@ -256,7 +311,7 @@ def env_baseline(manifest):
     return {"recipe": {"name": "qwen3_vl_30b", "hash": manifest["recipe"]["hash"],
                        "config_hash": manifest["recipe"]["config_hash"]},
             "profile": "cpu", "scale": "smoke", "architecture": manifest["resolved_config"]["model"]["architecture"],
-            "primary_seed": manifest["seed"], "environment": B.environment_summary(manifest)}
+            "primary_seed": manifest["seed"], "environment": E.summary(manifest)}
 
 
 def test_exact_when_everything_matches(manifest, env_baseline):
@@ -273,7 +328,7 @@ def test_overrides_stay_exact_eligible(manifest, env_baseline):
 
 
 @pytest.mark.parametrize("change", ["seed", "software", "threads", "image", "nondeterministic"])
-def test_band_when_not_exact_eligible(manifest, env_baseline, change):
+def test_statistical_when_not_exact_eligible(manifest, env_baseline, change):
     m = copy.deepcopy(manifest)
     if change == "seed":
         m["seed"] = 7
@@ -287,7 +342,7 @@ def test_band_when_not_exact_eligible(manifest, env_baseline, change):
     else:
         m["deterministic"] = False
     tiers, why = C.choose_tiers(m, env_baseline, None)
-    assert tiers == ["band", "statistical"] and why.startswith("not exact-eligible")
+    assert tiers == ["statistical"] and why.startswith("not exact-eligible")
 
 
 def test_forced_exact(manifest, env_baseline):
@@ -323,7 +378,7 @@ def test_verdict_summary_exit_codes_and_schema():
     base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: 0.5)}}, throughput=13000.0)
     run = {"actor/pg_loss": _series(lambda k: 0.5), "perf/throughput": _series(lambda k: 13100.0),
            "perf/max_memory_allocated_gb": _series(lambda k: 0.9)}
-    checks, notices = C.evaluate(run, base, ["exact", "band", "statistical"], STEPS)
+    checks, notices = ev(run, base, ["exact", "band", "statistical"], STEPS)
     v = C.Verdict("pass", {"dir": "r", "recipe": "qwen3_vl_30b", "profile": "cpu", "scale": "smoke", "seed": 42,
                            "status": "complete", "steps_completed": STEPS}, tier="exact",
                   tiers_applied=["exact", "band", "statistical"], checks=checks, notices=notices)
@@ -339,7 +394,7 @@ def test_verdict_summary_exit_codes_and_schema():
 
 def test_failure_reasons_name_group_metric_and_numbers():
     base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: 0.5)}})
-    checks, _ = C.evaluate({"actor/pg_loss": _series(lambda k: 0.7)}, base, ["band"], STEPS)
+    checks, _ = ev({"actor/pg_loss": _series(lambda k: 0.7)}, base, ["band"], STEPS)
     (reason,) = C.failure_reasons(checks)
     assert reason.startswith("band: 1 check(s) failed: actor/pg_loss") and "20/20 steps outside" in reason
 
@@ -368,8 +423,10 @@ def test_build_baseline_round_trips_floats_exactly(tmp_path, manifest):
     vals = loaded["metrics"]["actor/pg_loss"]["values"]
     assert [v.hex() for v in vals] == [v.hex() for v in tricky[:4]]
     assert "timing_s/step" not in loaded["metrics"] and "perf/throughput" not in loaded["metrics"]
-    assert loaded["noise_seeds"] == [43] and loaded["throughput"]["value"] == 1004.0
-    assert loaded["metrics"]["critic/score/mean"]["seed_window_means"] == [0.35000000000000003, 0.35000000000000003]
+    (tp,) = loaded["throughput"]["references"]
+    assert loaded["noise_seeds"] == [43] and tp["value"] == 1004.0
+    assert tp["device_model"] == manifest["machine"]["device_model"] and tp["threads"] == manifest["software"]["threads"]
+    assert loaded["metrics"]["critic/score/mean"]["seed_window_means"] == [0.4, 0.4]  # window: 20 % of 4 steps = 1
 
 
 def test_generated_record_schemas_are_committed():
@@ -389,7 +446,7 @@ def test_judge_refuses_a_broken_baseline_and_unfinished_runs(tmp_path, manifest)
     write_json_atomic(run / "manifest.json", manifest)
     (run / "metrics.jsonl").write_text('{"step": 1, "actor/pg_loss": 0.5}\n')
     bad = tmp_path / "b.json"
-    bad.write_text('{"schema_version": 1, "schema_version": 1}')
+    bad.write_text('{"schema_version": 2, "schema_version": 2}')
     v = C.judge(run, None, baseline_path=bad)
     assert v.status == "refused" and "duplicate key" in v.reasons[0] and v.exit_code == 2
     assert schema_errors(json.loads((run / "verdict.json").read_text()), "verdict") == []
@@ -398,3 +455,103 @@ def test_judge_refuses_a_broken_baseline_and_unfinished_runs(tmp_path, manifest)
     (run / "INCOMPLETE").write_text("")
     v = C.judge(run, None, baseline_path=bad)
     assert v.status == "refused" and "not complete" in v.reasons[0]
+
+
+# ----------------------------------------------------------------------------- environment changes
+PINNED = {"level": "avx2", "reason": "pinned", "env": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT",
+                                                      "OMP_NUM_THREADS": "2"}, "cpu_capability": "AVX2", "threads": 2}
+
+
+def test_pinned_cpus_of_another_model_stay_exact_eligible(manifest, env_baseline):
+    """With the same numerics pin, another CPU model is listed as a change but does not rule out exact."""
+    ref = copy.deepcopy(manifest)
+    ref["numerics"] = PINNED
+    baseline = {**env_baseline, "environment": E.summary(ref)}
+    m = copy.deepcopy(ref)
+    m["machine"]["device_model"] = m["machine"]["cpu_model"] = "Some Other CPU"
+    changes = C.environment_changes(m, baseline)
+    assert [(c.key, c.blocks_exact) for c in changes][:1] == [("device_model", False)]
+    assert C.choose_tiers(m, baseline, None)[0][0] == "exact"
+    m["numerics"] = {**PINNED, "level": "native"}  # unpinned: the model matters again
+    blocking = [c.key for c in C.environment_changes(m, baseline) if c.blocks_exact]
+    assert "numerics pin" in blocking and "device_model" in blocking
+
+
+def test_changes_list_every_difference_with_its_weight(manifest, env_baseline):
+    m = copy.deepcopy(manifest)
+    m["software"]["transformers"] = "9.9.9"
+    m["harness"]["revision"] = "f" * 40
+    m["machine"]["driver"] = "999.1"
+    got = {c.key: c for c in C.environment_changes(m, env_baseline)}
+    assert got["transformers"].blocks_exact and got["transformers"].text().endswith("-> 9.9.9")
+    assert got["driver"].blocks_exact
+    assert not got["harness revision"].blocks_exact
+
+
+def test_replay_runs_are_judged_by_the_replay_tier_only(manifest, env_baseline):
+    m = copy.deepcopy(manifest)
+    m["replay"] = {"baseline": "b.json", "baseline_sha256": "0" * 64, "rollouts_sha256": "0" * 64,
+                   "baseline_profile": "cpu"}
+    assert C.choose_tiers(m, env_baseline, None)[0] == ["replay"]
+    with pytest.raises(C._Refusal, match="replay tier only"):
+        C.choose_tiers(m, env_baseline, "exact")
+    with pytest.raises(C._Refusal, match="did not replay"):
+        C.choose_tiers(manifest, env_baseline, "replay")
+    other = copy.deepcopy(env_baseline)
+    other["profile"] = "gpu-1x-h200"
+    assert C.refusal_reasons(m, other) == []  # a replay may run a baseline on another profile
+    assert "replay" in C.refusal_reasons(manifest, other)[0]
+
+
+# ----------------------------------------------------------------------------- replay tier
+def _replay_baseline(noise=1e-6):
+    ref = _series(lambda k: 0.5 + 0.01 * k)
+    base = _baseline({"actor/pg_loss": {"ref": ref}, "actor/pg_clipfrac": {"ref": _series(lambda k: 0.02)}})
+    base["replay"] = {"file": "b.rollouts.npz", "sha256": "0" * 64, "metrics": ["actor/pg_clipfrac", "actor/pg_loss"],
+                      "perturbation": "test", "noise": {"actor/pg_loss": [noise * k for k in range(1, STEPS + 1)],
+                                                        "actor/pg_clipfrac": [0.0] * STEPS}}
+    return base, ref
+
+
+def test_replay_tolerance_follows_the_noise_envelope_and_dtype():
+    base, ref = _replay_baseline()
+    pol = base["policy"]["replay"]
+    # within k x the running noise maximum
+    run = {"actor/pg_loss": {k: v + 0.9 * pol["k_noise"] * 1e-6 * k for k, v in ref.items()},
+           "actor/pg_clipfrac": _series(lambda k: 0.02)}
+    assert all(c.passed for c in _by(ev(run, base, ["replay"], STEPS)[0], "replay"))
+    # a relative error far above fp32 precision at step 2 fails there
+    run["actor/pg_loss"] = {k: v * (1.01 if k >= 2 else 1.0) for k, v in ref.items()}
+    c = _by(ev(run, base, ["replay"], STEPS)[0], "replay", "actor/pg_loss")[0]
+    assert not c.passed and c.step == 2 and c.failing_steps[0] == 2
+    # the same run passes with bf16's own tolerance (3 % of the RMS)
+    assert _by(ev(run, base, ["replay"], STEPS, dtype="bfloat16")[0], "replay", "actor/pg_loss")[0].passed
+
+
+def test_replay_clip_fraction_may_move_by_a_token_or_two():
+    base, ref = _replay_baseline()
+    run = {"actor/pg_loss": dict(ref), "actor/pg_clipfrac": _series(lambda k: 0.02 + 0.004)}
+    assert _by(ev(run, base, ["replay"], STEPS)[0], "replay", "actor/pg_clipfrac")[0].passed
+    run["actor/pg_clipfrac"] = _series(lambda k: 0.03)
+    assert not _by(ev(run, base, ["replay"], STEPS)[0], "replay", "actor/pg_clipfrac")[0].passed
+
+
+def test_replay_skips_throughput_with_a_notice():
+    base, ref = _replay_baseline()
+    checks, notices = T.evaluate(T.Context({"actor/pg_loss": dict(ref), "perf/throughput": _series(lambda k: 1.0)},
+                                           base, STEPS, None), ["replay"], throughput=False)
+    assert not _by(checks, "throughput") and any("replay run does not sample" in n for n in notices)
+
+
+# ----------------------------------------------------------------------------- throughput like for like
+def test_throughput_from_another_device_model_is_a_notice_never_a_fail():
+    base = _baseline({}, throughput=1000.0)
+    slow = {"perf/throughput": _series(lambda k: 100.0)}
+    other = {"machine": {"device_model": "Other CPU"}, "software": {"threads": 2}}
+    checks, notices = ev(slow, base, [], STEPS, env=other)
+    assert not _by(checks, "throughput")
+    assert any(n.startswith("throughput not comparable: Other CPU (2 threads) vs Test CPU (2 threads)")
+               for n in notices)
+    threads = {"machine": {"device_model": MODEL}, "software": {"threads": 8}}
+    assert not _by(ev(slow, base, [], STEPS, env=threads)[0], "throughput")
+    assert not _by(ev(slow, base, [], STEPS)[0], "throughput")[0].passed  # same model and threads: a 10x slowdown fails

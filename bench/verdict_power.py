@@ -1,0 +1,114 @@
+"""False-alarm rate and detection power of the verdict tiers, measured.
+
+Runs a recipe with seeds that are not in its baseline (each must PASS the statistical tier: a FAIL
+is a false alarm) and with four injected faults (each must FAIL), judged ``--tier statistical``;
+with ``--replay`` the same four faults are also replayed on the baseline's rollouts
+(``--tier replay``: each must FAIL within the first 3 steps). Runs go ``--jobs`` at a time, each
+with the numerics pin's thread count. Writes ``verdict_power.json`` and a Markdown table
+(``verdict_power.md``) under ``--out``.
+
+    python bench/verdict_power.py qwen3_vl_30b --seeds 20 --first-seed 1000 --jobs 2 --out runs/power
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FAULTS = {
+    "lr x100": {"set": ["actor_rollout_ref.actor.optim.lr={lr}"]},
+    "KL coefficient 0": {"set": ["actor_rollout_ref.actor.kl_loss_coef=0"]},
+    "flipped advantage sign": {"env": {"HARNESS_FAULT": "flip-advantage"}},
+    "clip range 0.2 -> 0.5": {"set": ["actor_rollout_ref.actor.clip_ratio_low=0.5",
+                                      "actor_rollout_ref.actor.clip_ratio_high=0.5"]},
+}
+
+
+def run_one(recipe: str, out: Path, *, tier: str, sets: list[str], env: dict[str, str], profile: str,
+            baseline: str | None) -> dict:
+    cmd = [sys.executable, "-m", "harness", "run", recipe, "--profile", profile, "--runtime", "local", "--out",
+           str(out), "--quiet", "--tier", tier]
+    cmd += ["--baseline", baseline] if baseline else []
+    for s in sets:
+        cmd += ["--set", s]
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                **env}
+    t0 = time.time()
+    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, check=False)
+    verdict_file = out / "verdict.json"
+    if not verdict_file.is_file():
+        return {"dir": str(out), "status": "error", "exit": proc.returncode, "wall_s": time.time() - t0,
+                "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    v = json.loads(verdict_file.read_text())
+    bad = [c for c in v["checks"] if not c["passed"] and c["group"] == tier]
+    stat = {c["metric"]: c["detail"] for c in v["checks"] if c["group"] == "statistical"}
+    return {"dir": str(out), "status": v["status"], "exit": proc.returncode, "wall_s": round(time.time() - t0, 1),
+            "tier": v["tier"], "failed": [c["metric"] for c in bad],
+            "first_failing_step": min((c["failing_steps"][0] for c in bad if c["failing_steps"]), default=None),
+            "statistics": stat, "summary": v["summary_line"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("recipe")
+    ap.add_argument("--profile", default="cpu")
+    ap.add_argument("--baseline", help="baseline file (default: the recipe's for the profile)")
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--first-seed", type=int, default=1000)
+    ap.add_argument("--fault-seed", type=int, default=2000, help="seed of the statistical fault runs")
+    ap.add_argument("--lr", type=float, default=0.1, help="the lr x100 fault's learning rate")
+    ap.add_argument("--replay", action="store_true", help="also replay each fault on the baseline's rollouts")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    jobs: dict[str, dict] = {}
+    for s in range(args.first_seed, args.first_seed + args.seeds):
+        jobs[f"seed {s}"] = dict(tier="statistical", sets=[f"seed={s}"], env={}, expect="pass")
+    for name, f in FAULTS.items():
+        sets = [x.format(lr=args.lr) for x in f.get("set", [])]
+        jobs[f"{name} (statistical)"] = dict(tier="statistical", sets=sets + [f"seed={args.fault_seed}"],
+                                             env=f.get("env", {}), expect="fail")
+        if args.replay:
+            jobs[f"{name} (replay)"] = dict(tier="replay", sets=sets, env=f.get("env", {}), expect="fail")
+    results: dict[str, dict] = {}
+    with cf.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futs = {pool.submit(run_one, args.recipe, args.out / f"run-{i:02d}", tier=j["tier"], sets=j["sets"],
+                            env=j["env"], profile=args.profile, baseline=args.baseline): name
+                for i, (name, j) in enumerate(jobs.items())}
+        for fut in cf.as_completed(futs):
+            name = futs[fut]
+            results[name] = {**fut.result(), "expect": jobs[name]["expect"]}
+            r = results[name]
+            print(f"{name}: {r['status']} (expected {r['expect']}) {r.get('summary', r.get('error', ''))[:160]}",
+                  flush=True)
+    ordered = {k: results[k] for k in jobs}
+    seeds = [r for k, r in ordered.items() if k.startswith("seed ")]
+    false_alarms = sum(r["status"] != "pass" for r in seeds)
+    missed = [k for k, r in ordered.items() if r["expect"] == "fail" and r["status"] != "fail"]
+    late = [k for k, r in ordered.items() if k.endswith("(replay)") and (r.get("first_failing_step") or 99) > 3]
+    doc = {"recipe": args.recipe, "profile": args.profile, "false_alarms": false_alarms, "seed_runs": len(seeds),
+           "missed_faults": missed, "replay_faults_failing_after_step_3": late, "runs": ordered}
+    (args.out / "verdict_power.json").write_text(json.dumps(doc, indent=2) + "\n")
+    lines = ["| run | expected | verdict | failed metrics (first failing step) | statistic |", "|---|---|---|---|---|"]
+    for k, r in ordered.items():
+        stat = r.get("statistics", {}).get("critic/score/mean", r.get("error", ""))
+        failed = ", ".join(r.get("failed", [])) or "—"
+        step = f" (step {r['first_failing_step']})" if r.get("first_failing_step") else ""
+        lines.append(f"| {k} | {r['expect']} | {r['status'].upper()} | {failed}{step} | {stat} |")
+    lines.append(f"\nFalse alarms: {false_alarms}/{len(seeds)}; faults missed: {len(missed)} {missed}; replay faults "
+                 f"first failing after step 3: {late}")
+    (args.out / "verdict_power.md").write_text("\n".join(lines) + "\n")
+    print(lines[-1])
+    return 0 if false_alarms <= 1 and not missed and not late else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,168 @@
+"""Recording a baseline: N seeded runs, the primary run's rollouts, the replay noise, throughput.
+
+``record`` makes every seed's run in its own process (as a user's run is made), packs the primary
+run's per-step rollouts into ``<profile>-<scale>.rollouts.npz`` beside the baseline, and measures
+the replay tier's noise floor: the primary rollouts are replayed once with the arithmetic in
+another order — every CPU numerics pin lifted (``HARNESS_CPU_ISA=native``: ATen, oneMKL and oneDNN
+on the machine's own widest kernels) and another thread count — and each training metric's
+deviation from the primary run is stored per step. The baseline JSON is written last, once,
+atomically: a killed recording never leaves a partial baseline.
+
+``record_throughput`` adds (or, with ``force``, replaces) this machine's throughput reference to
+an existing baseline: a throughput floor only ever applies to runs on the same device model with
+the same thread count.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.baseline import (THROUGHPUT_METRIC, build_baseline, load_baseline, load_series, quantile, steady,
+                              throughput_reference)
+from harness.environment import summary
+from harness.errors import HarnessError
+from harness.jsonio import load_json_strict, write_json_atomic
+from harness.numerics import PIN_ENV, PIN_VARIABLE
+from harness.schema import check
+
+PERTURBATION = ("replay repeated with the CPU numerics pin lifted (HARNESS_CPU_ISA=native: ATen, oneMKL and oneDNN "
+                "on the machine's widest kernels) and {threads} thread(s) instead of {base}")
+
+
+def rollouts_path(baseline_path: Path) -> Path:
+    return baseline_path.with_name(baseline_path.stem + ".rollouts.npz")
+
+
+def _child(cmd: list[str], run_dir: Path, what: str, progress: bool, env: dict[str, str] | None = None,
+           unset: tuple[str, ...] = ()) -> None:
+    from harness.runtime.child import harness_run
+
+    proc = harness_run(cmd, env=env, unset=unset, stdout=None if progress else subprocess.DEVNULL,
+                       stderr=None if progress else subprocess.PIPE)
+    if proc.returncode != 0:
+        last = ((proc.stderr or "").strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise HarnessError(f"{what} failed: {last}", file=str(run_dir), fix="fix the run (see its output), then record "
+                                                                            "again")
+
+
+def _seed_runs(primary: Any, profile: str, scale: str, seeds: int, steps: int | None, runs_dir: Path,
+               progress: bool, log: Callable[[str], None], first: int = 0) -> list[Path]:
+    base_seed = int(primary.config["seed"])
+    dirs: list[Path] = []
+    for k in range(first, first + seeds):
+        run_dir = runs_dir / f"seed-{base_seed + k}"
+        if (run_dir / "manifest.json").exists():
+            raise HarnessError("run directory already holds a run", file=str(run_dir), fix="choose another --runs-dir")
+        log(f"record-baseline: seed {base_seed + k} ({k - first + 1}/{seeds}) -> {run_dir}")
+        cmd = [str(primary.path), "--profile", profile, "--scale", scale, "--out", str(run_dir), "--runtime", "local",
+               "--stage", "train"]
+        cmd += ["--steps", str(steps)] if steps else []
+        cmd += ["--set", f"seed={base_seed + k}"] if k else []
+        cmd += [] if progress else ["--quiet"]
+        _child(cmd, run_dir, f"seed {base_seed + k} run", progress)
+        dirs.append(run_dir)
+    return dirs
+
+
+def replay_noise(primary: Any, profile: str, scale: str, baseline_path: Path, doc: dict[str, Any], runs_dir: Path,
+                 progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    """Replay the primary rollouts with the arithmetic reordered; the per-step deviation of each metric."""
+    threads, other = _threads(doc)
+    run_dir = runs_dir / "replay-noise"
+    env = {PIN_VARIABLE: "native", "OMP_NUM_THREADS": str(other), "MKL_NUM_THREADS": str(other)}
+    log(f"record-baseline: replay noise ({doc['replay']['perturbation']}) -> {run_dir}")
+    cmd = [str(primary.path), "--profile", profile, "--scale", scale, "--out", str(run_dir), "--runtime", "local",
+           "--stage", "train", "--tier", "replay", "--baseline", str(baseline_path), "--steps", str(doc["steps"])]
+    cmd += [] if progress else ["--quiet"]
+    _child(cmd, run_dir, "replay-noise run", progress, env=env, unset=tuple(PIN_ENV))
+    replayed = load_series(run_dir)
+    noise: dict[str, list[float | None]] = {}
+    for name in doc["replay"]["metrics"]:
+        spec = doc["metrics"][name]
+        row = []
+        for k, v in zip(spec["steps"], spec["values"]):
+            r = replayed.get(name, {}).get(k)
+            row.append(abs(r - v) if r is not None and math.isfinite(r) else None)
+        noise[name] = row
+    return noise
+
+
+def _threads(doc: dict[str, Any]) -> tuple[int, int]:
+    """The baseline's thread count and the one the noise replay uses instead."""
+    threads = int(doc["environment"]["software"]["threads"])
+    return threads, 1 if threads != 1 else 2
+
+
+def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | None, out: Path, runs_dir: Path,
+           command: str, progress: bool = True, force: bool = False,
+           log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Seeded runs → baseline (with rollouts and replay noise), written to ``out`` at the very end."""
+    from harness.core.replay import pack
+    from harness.recipe import resolve
+
+    if os.environ.get("HARNESS_FAULT"):
+        raise HarnessError("HARNESS_FAULT is set; a baseline must not be recorded with a fault injected",
+                           key_path="HARNESS_FAULT", fix="unset HARNESS_FAULT")
+    if seeds < 1:
+        raise HarnessError(f"--seeds must be >= 1, got {seeds}", key_path="--seeds", fix="give e.g. --seeds 5")
+    if out.exists() and not force:
+        raise HarnessError("a baseline already exists", file=str(out),
+                           fix="pass --force to replace it (review the diff before committing)")
+    primary = resolve(recipe, profile, scale)
+    dirs = _seed_runs(primary, profile, scale, seeds, steps, runs_dir, progress, log)
+    doc = build_baseline(dirs, command=command)
+    # the rollouts go beside a scratch copy first; the replay-noise run reads them from there
+    scratch = runs_dir / out.name
+    sha = pack(dirs[0], doc["steps"], rollouts_path(scratch))
+    metrics = sorted(n for n, m in doc["metrics"].items() if "replay" in m["tiers"])
+    threads, other = _threads(doc)
+    doc["replay"] = {"file": rollouts_path(out).name, "sha256": sha, "metrics": metrics,
+                     "perturbation": PERTURBATION.format(threads=other, base=threads), "noise": {}}
+    write_json_atomic(scratch, doc)
+    doc["replay"]["noise"] = replay_noise(primary, profile, scale, scratch, doc, runs_dir, progress, log)
+    check(doc, "baseline", str(out))
+    if out.exists() and not force:
+        raise HarnessError("a baseline appeared while recording", file=str(out), fix="pass --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(rollouts_path(scratch), rollouts_path(out))
+    write_json_atomic(out, doc)
+    return doc
+
+
+def record_throughput(recipe: str, profile: str, scale: str, *, runs: int, steps: int | None, out: Path,
+                      runs_dir: Path, progress: bool = True, force: bool = False,
+                      log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Add this machine's throughput reference (``runs`` runs, one after another) to an existing baseline."""
+    from harness.recipe import resolve
+
+    if not out.is_file():
+        raise HarnessError("no baseline to add a throughput reference to", file=str(out),
+                           fix="record the baseline first (without --throughput-only)")
+    doc = load_baseline(out)
+    primary = resolve(recipe, profile, scale)
+    dirs = _seed_runs(primary, profile, scale, runs, steps or doc["steps"], runs_dir, progress, log)
+    manifest = load_json_strict(dirs[0] / "manifest.json")
+    if manifest["recipe"]["hash"] != doc["recipe"]["hash"]:
+        raise HarnessError("the recipe changed since the baseline was recorded", file=str(out),
+                           fix="re-record the whole baseline")
+    pol = doc["policy"]["throughput"]
+    per_run = [steady(load_series(d).get(THROUGHPUT_METRIC, {}), pol["warmup_steps"]) for d in dirs]
+    if not all(per_run):
+        raise HarnessError("no steady steps to measure throughput", key_path="--steps", fix="record more steps")
+    ref = throughput_reference(summary(manifest), [v for vals in per_run for v in vals],
+                               [quantile(v, pol["quantile"]) for v in per_run], pol["quantile"],
+                               manifest["runtime"]["kind"])
+    refs = doc["throughput"]["references"]
+    same = [r for r in refs if (r["device_model"], r["threads"]) == (ref["device_model"], ref["threads"])]
+    if same and not force:
+        raise HarnessError(f"the baseline already has a throughput reference for {ref['device_model']} "
+                           f"({ref['threads']} threads)", file=str(out), fix="pass --force to replace it")
+    doc["throughput"]["references"] = [r for r in refs if r not in same] + [ref]
+    check(doc, "baseline", str(out))
+    write_json_atomic(out, doc)
+    return ref

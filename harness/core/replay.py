@@ -1,0 +1,156 @@
+"""Recorded rollouts: what a run sampled and scored at each step, and replaying it teacher-forced.
+
+A free run writes each step's rollout (prompt / response token ids, masks, group ids, reward
+parts) to ``rollouts/step-NNNNNN.npz``; a baseline packs its primary run's steps into one
+checksummed ``<profile>-<scale>.rollouts.npz``. A **replay** run feeds those rollouts to the
+training side instead of sampling: old / reference log-probs, advantages, losses, gradient norm
+and the update are computed by the candidate from the baseline's tokens and rewards. Sampling
+chaos is taken out, so what is compared is "does this machine / kernel / version train the same".
+
+Files are numpy ``.npz`` archives read with ``allow_pickle=False`` (no code can ride along), after
+their size and SHA-256 are checked against the baseline that names them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.errors import HarnessError
+
+FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "group_ids", "scores", "acc", "format")
+MAX_BYTES = 512 * 1024 * 1024  # a rollouts archive larger than this is refused unread
+STEP_DIR = "rollouts"
+
+
+def step_file(run_dir: Path, step: int) -> Path:
+    return run_dir / STEP_DIR / f"step-{step:06d}.npz"
+
+
+def _atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(buf.getvalue())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def rollout_arrays(rb: Any, rewards: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """The arrays of one step's rollout (CPU numpy; exact float32 reward bits)."""
+    as_np = lambda t, dt: t.detach().to("cpu").numpy().astype(dt)  # noqa: E731
+    return {
+        "prompt_ids": as_np(rb.prompt_ids, np.int32), "prompt_mask": as_np(rb.prompt_mask, np.uint8),
+        "response_ids": as_np(rb.response_ids, np.int32), "response_mask": as_np(rb.response_mask, np.uint8),
+        "group_ids": np.asarray([str(g) for g in rb.group_ids]),
+        "scores": as_np(rewards["scores"], np.float32), "acc": as_np(rewards["acc"], np.float32),
+        "format": as_np(rewards["format"], np.float32),
+    }
+
+
+def save_step(run_dir: Path, step: int, rb: Any, rewards: dict[str, torch.Tensor]) -> None:
+    _atomic_npz(step_file(run_dir, step), rollout_arrays(rb, rewards))
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def pack(run_dir: Path, steps: int, out: Path) -> str:
+    """Pack a run's per-step rollouts into one archive (keys ``<step>/<field>``); returns its SHA-256."""
+    arrays: dict[str, np.ndarray] = {}
+    for step in range(1, steps + 1):
+        f = step_file(run_dir, step)
+        if not f.is_file():
+            raise HarnessError(f"the run has no recorded rollout for step {step}", file=str(f),
+                               fix="record the baseline from a run made by this version of the harness")
+        for key, value in _load_npz(f).items():
+            arrays[f"{step}/{key}"] = value
+    _atomic_npz(out, arrays)
+    return sha256_file(out)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class ReplaySource:
+    """A baseline's recorded rollouts, verified, step by step."""
+
+    path: Path
+    arrays: dict[str, np.ndarray]
+    steps: int
+
+    @classmethod
+    def open(cls, path: Path, sha256: str, steps: int) -> ReplaySource:
+        path = Path(path)
+        if not path.is_file():
+            raise HarnessError("the baseline's recorded rollouts are missing", file=str(path),
+                               fix="restore the file beside the baseline, or re-record the baseline")
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise HarnessError(f"recorded rollouts of {size} bytes exceed the {MAX_BYTES} byte limit", file=str(path),
+                               fix="re-record the baseline")
+        if sha256_file(path) != sha256:
+            raise HarnessError("recorded rollouts do not match the SHA-256 the baseline names", file=str(path),
+                               fix="restore the file recorded with the baseline (it was changed or replaced)")
+        try:
+            arrays = _load_npz(path)
+        except (ValueError, OSError) as err:
+            raise HarnessError(f"recorded rollouts are unreadable: {err}", file=str(path),
+                               fix="re-record the baseline") from None
+        for step in range(1, steps + 1):
+            missing = [f for f in FIELDS if f"{step}/{f}" not in arrays]
+            if missing:
+                raise HarnessError(f"recorded rollouts lack {', '.join(missing)} at step {step}", file=str(path),
+                                   fix="re-record the baseline")
+        return cls(path, arrays, steps)
+
+    def step(self, step: int) -> dict[str, np.ndarray]:
+        if not 1 <= step <= self.steps:
+            raise HarnessError(f"the baseline recorded {self.steps} steps; step {step} cannot be replayed",
+                               key_path="--steps", fix=f"give --steps {self.steps} or fewer")
+        return {f: self.arrays[f"{step}/{f}"] for f in FIELDS}
+
+
+def replayed_batch(rec: dict[str, np.ndarray], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                   pixels: list[Any], grids: list[Any], *, step: int, source: Path) -> tuple[Any, dict[str, torch.Tensor]]:
+    """The RolloutBatch and rewards of a recorded step, on the prompts this run built (checked equal)."""
+    from harness.core.rollout import RolloutBatch
+
+    device = prompt_ids.device
+    want_ids = torch.from_numpy(rec["prompt_ids"].astype(np.int64))
+    want_mask = torch.from_numpy(rec["prompt_mask"].astype(np.int64))
+    if want_ids.shape != prompt_ids.shape or not torch.equal(want_ids, prompt_ids.cpu()) \
+            or not torch.equal(want_mask, prompt_mask.cpu()):
+        raise HarnessError(f"the recorded rollout of step {step} was made for other prompts than this run builds "
+                           f"(recorded {tuple(want_ids.shape)}, built {tuple(prompt_ids.shape)})", file=str(source),
+                           fix="replay with the recipe, scale and data the baseline was recorded with")
+    f32 = lambda a: torch.from_numpy(a.astype(np.float32)).to(device)  # noqa: E731
+    response_ids = torch.from_numpy(rec["response_ids"].astype(np.int64)).to(device)
+    rb = RolloutBatch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
+                      response_mask=torch.from_numpy(rec["response_mask"].astype(np.int64)).to(device),
+                      rollout_logp=torch.zeros(response_ids.shape, dtype=torch.float32, device=device),
+                      group_ids=[str(g) for g in rec["group_ids"].tolist()], pixels=pixels, grids=grids)
+    return rb, {"scores": f32(rec["scores"]), "acc": f32(rec["acc"]), "format": f32(rec["format"])}

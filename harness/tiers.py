@@ -1,0 +1,277 @@
+"""The comparison tiers (a registry) and the whole-run checks (throughput, memory).
+
+- ``exact`` — bitwise equality of every gated non-timing metric at every compared step.
+- ``replay`` — the run trained teacher-forced on the baseline's recorded rollouts
+  (:mod:`harness.core.replay`); every training-side metric per step within
+  ``max(k_noise · noise(s), dtype_rtol · rms(ref), atol)``, where ``noise(s)`` is the largest
+  deviation up to step ``s`` measured when the baseline was recorded, by replaying it with the
+  same arithmetic in another order (another ISA, another thread count), and ``dtype_rtol`` is the
+  precision of the run's dtype. Seed spread plays no part.
+- ``band`` — per step ``|run - ref| <= max(atol, rtol·|ref|, k·noise)`` with the seed noise floor;
+  only meaningful where trajectories can coincide (forced with ``--tier band``, or as diagnostics
+  under ``exact``).
+- ``statistical`` — late-window means of convergence metrics against the seeds' distribution
+  (:mod:`harness.stats`: olympic mean, one-sided t-test, Bonferroni over metrics).
+
+Throughput is judged only against a reference from the same device model and thread count;
+otherwise the verdict says the numbers are not comparable (a notice, never a FAIL).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness import stats
+from harness.baseline import quantile, statistical_window, steady, window_mean
+
+
+@dataclass
+class Check:
+    group: str
+    metric: str
+    step: int | None
+    run_value: float | None
+    ref_value: float | None
+    tolerance: float | None
+    passed: bool
+    steps_compared: int = 0
+    failing_steps: list[int] = field(default_factory=list)
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for key in ("run_value", "ref_value", "tolerance"):
+            if d[key] is not None and not math.isfinite(d[key]):
+                d[key] = None  # JSON has no NaN; the detail keeps the text
+        return d
+
+
+@dataclass
+class Context:
+    """What a tier needs: the run's series, the baseline, the compared steps and the run's environment."""
+
+    run: dict[str, dict[int, float]]
+    baseline: dict[str, Any]
+    upto: int
+    run_env: dict[str, Any] | None = None
+    dtype: str = "float32"
+
+    def ref_steps(self, name: str) -> list[tuple[int, float, float, list[float | None]]]:
+        """(step, ref value, noise std, noise values) for the compared steps of a baseline metric."""
+        m = self.baseline["metrics"][name]
+        return [(k, v, n, [row[i] for row in m["noise_values"]])
+                for i, (k, v, n) in enumerate(zip(m["steps"], m["values"], m["noise_std"])) if k <= self.upto]
+
+
+TierFn = Callable[[Context], list[Check]]
+TIERS: dict[str, TierFn] = {}
+TIER_ORDER = ("exact", "replay", "band", "statistical")  # strictest first
+
+
+def tier(name: str) -> Callable[[TierFn], TierFn]:
+    def deco(fn: TierFn) -> TierFn:
+        if name in TIERS:
+            raise ValueError(f"tier '{name}' is registered twice")
+        TIERS[name] = fn
+        return fn
+    return deco
+
+
+def fmt(x: float | None) -> str:
+    return "missing" if x is None else repr(x) if not math.isfinite(x) else f"{x:.6g}"
+
+
+def _full(x: float | None) -> str:
+    return "missing" if x is None else repr(x)
+
+
+def bitwise_equal(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return False
+    return a.hex() == b.hex() or (math.isnan(a) and math.isnan(b))
+
+
+def gated(ctx: Context, tier_name: str) -> list[str]:
+    return sorted(n for n, m in ctx.baseline["metrics"].items() if tier_name in m["tiers"])
+
+
+@tier("exact")
+def exact_tier(ctx: Context) -> list[Check]:
+    out = []
+    for name in gated(ctx, "exact"):
+        run = ctx.run.get(name, {})
+        rows = ctx.ref_steps(name)
+        bad = [k for k, v, _, _ in rows if not bitwise_equal(run.get(k), v)]
+        k0 = bad[0] if bad else (rows[-1][0] if rows else None)
+        ref = dict((k, v) for k, v, _, _ in rows)
+        detail = ("bitwise equal" if not bad else
+                  f"first difference at step {k0}: {_full(run.get(k0))} vs {_full(ref.get(k0))}"
+                  f" ({len(bad)}/{len(rows)} steps differ)")
+        out.append(Check("exact", name, k0, run.get(k0) if k0 is not None else None, ref.get(k0), 0.0, not bad,
+                         len(rows), bad, detail))
+    return out
+
+
+def _per_step(ctx: Context, group: str, name: str, tol_at: Callable[[int, float], float], allowed: int) -> Check:
+    """Per-step deviation check of one metric: the worst step and every step outside its tolerance."""
+    run = ctx.run.get(name, {})
+    rows = ctx.ref_steps(name)
+    bad, worst = [], (-1.0, None, None, None, None)
+    for i, (k, v, _, _) in enumerate(rows):
+        tol = tol_at(i, v)
+        r = run.get(k)
+        dev = abs(r - v) if r is not None and math.isfinite(r) else math.inf
+        ratio = dev / tol if tol > 0 else (0.0 if dev == 0 else math.inf)
+        if not dev <= tol:
+            bad.append(k)
+        if ratio > worst[0]:
+            worst = (ratio, k, r, v, tol)
+    ok = len(bad) <= allowed and bool(rows)
+    _, k, r, v, tol = worst
+    detail = (f"{len(bad)}/{len(rows)} steps outside the tolerance (allowed {allowed})"
+              + (f"; first at step {bad[0]}" if bad else "")
+              + f"; worst at step {k}: {fmt(r)} vs {fmt(v)} ± {fmt(tol)}" if rows else "no steps to compare")
+    k_report = bad[0] if bad else k
+    r_report = run.get(k_report) if bad else r
+    v_report = dict((kk, vv) for kk, vv, _, _ in rows).get(k_report) if bad else v
+    return Check(group, name, k_report, r_report, v_report, tol, ok, len(rows), bad, detail)
+
+
+def noise_floor(stds: list[float], i: int, window: int) -> float:
+    return max(stds[max(0, i - window): i + window + 1], default=0.0)
+
+
+@tier("band")
+def band_tier(ctx: Context) -> list[Check]:
+    pol = ctx.baseline["policy"]["band"]
+    out = []
+    for name in gated(ctx, "band"):
+        spec = ctx.baseline["metrics"][name]
+        rtol, atol = spec.get("rtol", pol["rtol"]), spec.get("atol", pol["atol"])
+        stds = [n for _, _, n, _ in ctx.ref_steps(name)]
+        allowed = pol["failures_per_50_steps"] * math.ceil(len(stds) / 50)
+        out.append(_per_step(ctx, "band", name, lambda i, v: max(atol, rtol * abs(v), pol["k_noise"] * noise_floor(
+            stds, i, pol["noise_window"])), allowed))
+    return out
+
+
+def replay_tolerances(ctx: Context, name: str) -> Callable[[int, float], float]:
+    """Per-step replay tolerance of one metric (see the module docstring)."""
+    pol, rep = ctx.baseline["policy"]["replay"], ctx.baseline["replay"]
+    rows = ctx.ref_steps(name)
+    noise = rep["noise"].get(name, [])
+    envelope, top = [], 0.0
+    for i in range(len(rows)):
+        top = max(top, noise[i] if i < len(noise) and noise[i] is not None else 0.0)
+        envelope.append(top)
+    vals = [v for _, v, _, _ in rows if math.isfinite(v)]
+    rms = math.sqrt(math.fsum(v * v for v in vals) / len(vals)) if vals else 0.0
+    rtol = pol["dtype_rtol"].get(ctx.dtype, max(pol["dtype_rtol"].values()))
+    atol = pol["atol"].get(name, pol["atol"].get("*", 0.0))
+    return lambda i, v: max(pol["k_noise"] * envelope[i], rtol * rms, atol)
+
+
+@tier("replay")
+def replay_tier(ctx: Context) -> list[Check]:
+    rep = ctx.baseline.get("replay")
+    if not rep:
+        return []
+    return [_per_step(ctx, "replay", name, replay_tolerances(ctx, name), 0)
+            for name in rep["metrics"] if name in ctx.baseline["metrics"]]
+
+
+@tier("statistical")
+def statistical_tier(ctx: Context) -> list[Check]:
+    pol = ctx.baseline["policy"]["statistical"]
+    w = statistical_window(pol, ctx.upto)
+    names = [n for n in gated(ctx, "statistical") if ctx.baseline["metrics"][n].get("direction")]
+    out = []
+    for name in names:
+        spec = ctx.baseline["metrics"][name]
+        log = spec.get("transform") == "log"
+        tf = (lambda v: math.log(max(v, 1e-12))) if log else (lambda v: v)
+        ref_series = [dict(zip(spec["steps"], spec["values"]))]
+        ref_series += [{k: v for k, v in zip(spec["steps"], row) if v is not None} for row in spec["noise_values"]]
+        seed_means = [m for m in (window_mean({k: tf(v) for k, v in s.items()}, ctx.upto, w) for s in ref_series)
+                      if m is not None]
+        if not seed_means:
+            continue
+        run = ctx.run.get(name, {})
+        x = window_mean({k: tf(v) for k, v in run.items() if math.isfinite(v)}, ctx.upto, w) \
+            if run and all(math.isfinite(v) for k, v in run.items() if k <= ctx.upto) else None
+        direction = spec["direction"]
+        alpha = stats.per_test_alpha(pol["alpha"], len(names), direction)
+        bound = stats.prediction_bound(seed_means, alpha, spec.get("stat_floor", pol["practical_floor"]))
+        short = stats.shortfall(x, bound.centre, direction) if x is not None else math.inf
+        ok = short <= bound.allowed
+        scale = "log " if log else ""
+        detail = (f"{scale}mean of the last {w} steps {fmt(x)} vs seeds' olympic mean {fmt(bound.centre)} "
+                  f"(sd {fmt(bound.sd)}, n {bound.n}, {direction}, alpha {alpha:.3g}); "
+                  f"{'no value' if x is None else ('off by ' + fmt(short) if short > 0 else 'not worse')} "
+                  f"(allowed {fmt(bound.allowed)})")
+        out.append(Check("statistical", name, ctx.upto, x, bound.centre, bound.allowed, ok, len(seed_means),
+                         [] if ok else [ctx.upto], detail))
+    return out
+
+
+def throughput_reference(baseline: dict[str, Any], run_env: dict[str, Any] | None) -> tuple[dict | None, str]:
+    """The throughput reference recorded on this device model with this thread count, or why none fits."""
+    refs = baseline["throughput"]["references"]
+    if run_env is None:
+        return (refs[0] if refs else None), ""
+    model, threads = run_env["machine"]["device_model"], run_env["software"]["threads"]
+    for ref in refs:
+        if ref["device_model"] == model and ref["threads"] == threads:
+            return ref, ""
+    have = "; ".join(f"{r['device_model']} ({r['threads']} threads)" for r in refs) or "none recorded"
+    return None, (f"throughput not comparable: {model} ({threads} threads) vs {have} — add this machine's with "
+                  "`harness record-baseline … --throughput-only`")
+
+
+def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
+    pol = ctx.baseline["policy"]["throughput"]
+    ref, why = throughput_reference(ctx.baseline, ctx.run_env)
+    if ref is None:
+        notices.append(why)
+        return []
+    vals = steady(ctx.run.get(pol["metric"], {}), pol["warmup_steps"], ctx.upto)
+    if not vals:
+        notices.append(f"throughput not checked: no steady steps (the first {pol['warmup_steps']} are warm-up)")
+        return []
+    q = pol.get("quantile", 0.5)
+    med, base = quantile(vals, q), ref["value"]
+    tol = min(pol["max_tolerance"], max(pol["min_tolerance"], pol["spread_factor"] * ref["relative_spread"]))
+    ok = med >= base * (1 - tol)
+    if med > base * pol["refresh_ratio"]:
+        notices.append(f"throughput {med:,.0f} tok/s is {med / base:.2f}x the baseline's {base:,.0f}: "
+                       "refresh the baseline (record-baseline --throughput-only --force)")
+    what = "median" if q == 0.5 else f"p{q * 100:.0f}"
+    detail = (f"{what} {med:,.0f} tok/s over {len(vals)} steady steps vs {base:,.0f} on {ref['device_model']} "
+              f"({(med / base - 1) * 100:+.1f}%; floor -{tol * 100:.0f}%)")
+    return [Check("throughput", pol["metric"], None, med, base, base * tol, ok, len(vals), [], detail)]
+
+
+def memory_check(ctx: Context) -> list[Check]:
+    pol, ref = ctx.baseline["policy"]["memory"], ctx.baseline["memory"]
+    vals = [v for k, v in ctx.run.get(pol["metric"], {}).items() if k <= ctx.upto and math.isfinite(v)]
+    if not vals or not ref["seed_values"]:
+        return []
+    peak, base = max(vals), ref["value"]
+    ok = peak <= base * (1 + pol["tolerance"])
+    detail = f"peak {peak:.3f} GB vs {base:.3f} GB (ceiling +{pol['tolerance'] * 100:.0f}%)"
+    return [Check("memory", pol["metric"], None, peak, base, base * pol["tolerance"], ok, len(vals), [], detail)]
+
+
+def evaluate(ctx: Context, tiers: list[str], *, throughput: bool = True) -> tuple[list[Check], list[str]]:
+    """Every check of ``tiers`` plus throughput (unless a replay) and memory, and notices."""
+    notices: list[str] = []
+    checks = [c for t in tiers for c in TIERS[t](ctx)]
+    if throughput:
+        checks += throughput_check(ctx, notices)
+    else:
+        notices.append("throughput not checked: a replay run does not sample, so its tokens/s are not a rollout's")
+    checks += memory_check(ctx)
+    return checks, notices

@@ -1,0 +1,74 @@
+"""Recorded rollouts: exact round trip, checksums, no pickle, and the prompts they were made for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from harness.core import replay as R
+from harness.core.rollout import RolloutBatch
+from harness.errors import HarnessError
+
+
+def _batch(seed: int = 0) -> tuple[RolloutBatch, dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(5, 100, (4, 6), generator=g)
+    mask = torch.ones(4, 6, dtype=torch.long)
+    mask[0, :2] = 0
+    resp = torch.randint(5, 100, (4, 5), generator=g)
+    rmask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]])
+    rb = RolloutBatch(prompt_ids=prompt, prompt_mask=mask, response_ids=resp, response_mask=rmask,
+                      rollout_logp=torch.zeros(4, 5), group_ids=["a", "a", "b", "b"], pixels=[None] * 4,
+                      grids=[None] * 4)
+    scores = torch.tensor([0.1, 1.0, 0.9000000357627869, 0.0])
+    return rb, {"scores": scores, "acc": (scores > 0.5).float(), "format": torch.ones(4)}
+
+
+def _recorded(tmp_path, steps=2):
+    run = tmp_path / "run"
+    for step in range(1, steps + 1):
+        R.save_step(run, step, *_batch(step))
+    out = tmp_path / "b.rollouts.npz"
+    return out, R.pack(run, steps, out)
+
+
+def test_round_trip_is_exact(tmp_path):
+    out, sha = _recorded(tmp_path)
+    src = R.ReplaySource.open(out, sha, 2)
+    rb, rewards = _batch(2)
+    got, got_rewards = R.replayed_batch(src.step(2), rb.prompt_ids, rb.prompt_mask, rb.pixels, rb.grids, step=2,
+                                        source=out)
+    assert torch.equal(got.response_ids, rb.response_ids) and torch.equal(got.response_mask, rb.response_mask)
+    assert got.response_ids.dtype == torch.long and got.group_ids == rb.group_ids
+    assert torch.equal(got_rewards["scores"], rewards["scores"])  # float32 bits kept
+
+
+def test_other_prompts_are_refused(tmp_path):
+    out, sha = _recorded(tmp_path)
+    src = R.ReplaySource.open(out, sha, 2)
+    rb, _ = _batch(1)
+    with pytest.raises(HarnessError, match="made for other prompts"):
+        R.replayed_batch(src.step(2), rb.prompt_ids, rb.prompt_mask, rb.pixels, rb.grids, step=2, source=out)
+    with pytest.raises(HarnessError, match="cannot be replayed"):
+        src.step(3)
+
+
+def test_checksum_size_and_missing_steps(tmp_path):
+    out, sha = _recorded(tmp_path)
+    with pytest.raises(HarnessError, match="SHA-256"):
+        R.ReplaySource.open(out, "0" * 64, 2)
+    with pytest.raises(HarnessError, match="lack"):
+        R.ReplaySource.open(out, sha, 3)
+    with pytest.raises(HarnessError, match="missing"):
+        R.ReplaySource.open(tmp_path / "nope.npz", sha, 2)
+    with pytest.raises(HarnessError, match="no recorded rollout for step 3"):
+        R.pack(tmp_path / "run", 3, tmp_path / "x.npz")
+
+
+def test_pickled_arrays_are_never_loaded(tmp_path):
+    """An archive holding an object array (pickle) is refused, even with a matching checksum."""
+    evil = tmp_path / "evil.npz"
+    np.savez(evil, **{"1/prompt_ids": np.array([object()], dtype=object)})
+    with pytest.raises(HarnessError, match="unreadable"):
+        R.ReplaySource.open(evil, R.sha256_file(evil), 1)
