@@ -125,7 +125,7 @@ def choose_run_dir(args: argparse.Namespace, res: Resolved) -> Path:
         return args.resume
     run_dir = args.out or default_run_dir(res.name, res.profile_name)
     if (run_dir / "manifest.json").exists():
-        if res.config["trainer"]["resume_mode"] == "auto" and auto_resumable(run_dir):
+        if res.config["trainer"]["resume_mode"] == "auto" and auto_resumable(run_dir, res):
             sys.stderr.write(f"notice: continuing the unfinished run in {run_dir} (trainer.resume_mode auto)\n")
             args.resume = run_dir
         elif args.stage == "all":
