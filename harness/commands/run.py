@@ -90,10 +90,10 @@ def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime:
         train(res, run_dir, steps=args.steps, runtime=os.environ.get("HARNESS_RUNTIME", "local"),
               progress=not args.quiet, resume=resume)
     elif runtime == "docker":
-        from harness.runtime.docker import run_in_docker
+        from harness.runtime.docker import recipe_target, run_in_docker
 
         recipe_file = Path(res.path).resolve()
-        inner = ["run", f"/recipes/{recipe_file.name}", "--profile", res.profile_name, "--scale", res.scale,
+        inner = ["run", recipe_target(recipe_file), "--profile", res.profile_name, "--scale", res.scale,
                  "--out", "/run-dir", "--runtime", "local", "--stage", "train"]
         if args.steps:
             inner += ["--steps", str(args.steps)]
@@ -104,7 +104,7 @@ def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime:
         if getattr(args, "resume", None) is not None:
             inner += ["--resume", "/run-dir"]
         env = {k: os.environ[k] for k in ("HARNESS_FAULT",) if k in os.environ}
-        code = run_in_docker(inner, image=image or "", run_dir=run_dir.resolve(), recipes_dir=recipe_file.parent,
+        code = run_in_docker(inner, image=image or "", run_dir=run_dir.absolute(), recipe_file=recipe_file,
                              devices=res.config["trainer"]["device"],
                              device_count=res.config["trainer"]["n_gpus_per_node"], env=env)
         if code != 0:
