@@ -230,15 +230,18 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` atomically: temp file in the same dir, fsync, rename, fsync dir."""
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: temp file in the same dir, fsync, rename, fsync dir.
+
+    The rename replaces whatever ``path`` was (a symbolic link is replaced, never followed).
+    """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)
@@ -253,6 +256,32 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """:func:`write_bytes_atomic` of ``text`` as UTF-8."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def open_new(path: str | os.PathLike[str], *, append_existing: bool = False) -> int:
+    """A write descriptor for a file created here (``O_EXCL``), never through a symbolic link.
+
+    ``append_existing``: an existing regular file is opened for appending instead (a resumed run).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    flags |= os.O_APPEND if append_existing else os.O_EXCL
+    try:
+        fd = os.open(path, flags, 0o666)
+    except FileExistsError:
+        raise HarnessError("already exists; not overwritten", file=str(path),
+                           fix="choose a new or empty run directory") from None
+    except OSError as err:
+        raise HarnessError(f"cannot create ({err.strerror}; symbolic links are not followed)", file=str(path),
+                           fix="choose a new or empty run directory") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise HarnessError("not a regular file; not written", file=str(path), fix="choose a new run directory")
+    return fd
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
