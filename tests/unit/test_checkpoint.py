@@ -172,9 +172,25 @@ def test_stop_signals_finish_the_step() -> None:
 
     before = signal.getsignal(signal.SIGTERM)
     with _StopSignals() as stop:
+        stop.arm()  # training has started
         os.kill(os.getpid(), signal.SIGTERM)  # handled: no exit, just a request
         assert stop.agreed(Dist()) == signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_signals_before_training_interrupt_a_blocking_read(tmp_path: Path) -> None:
+    import threading
+
+    from harness.runner import StoppedEarly, _StopSignals
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    with _StopSignals(), pytest.raises(StoppedEarly) as err:
+        timer.start()
+        with open(fifo, "rb") as fh:  # blocks: no writer
+            fh.read()
+    assert err.value.exit_code == 130 and "before training started" in str(err.value)
 
 
 class _Payload:
