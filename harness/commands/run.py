@@ -163,8 +163,7 @@ def choose_run_dir(args: argparse.Namespace, res: Resolved) -> Path:
         return run_dir
     if "manifest.json" in names:
         if res.config["trainer"]["resume_mode"] == "auto" and auto_resumable(run_dir, res):
-            sys.stderr.write(f"notice: continuing the unfinished run in {run_dir} (trainer.resume_mode auto)\n")
-            args.resume = run_dir
+            args.resume, args.auto_resumed = run_dir, True  # announced once the resume has been checked
             return run_dir
         if args.stage == "train" and _same_run(run_dir, res):
             return run_dir  # a multi-node job: the first node's rank 0 has started the record
@@ -210,6 +209,8 @@ def execute(args: argparse.Namespace) -> int:
         runtime, image = choose_runtime(args.runtime, res, args.image)
     if args.resume is not None:
         check_resume(args, res, run_dir, runtime)
+        if getattr(args, "auto_resumed", False):
+            sys.stderr.write(f"notice: continuing the unfinished run in {run_dir} (trainer.resume_mode auto)\n")
     train_stage(res, args, run_dir, runtime, image)
     if args.stage == "train":
         return EXIT_OK

@@ -14,6 +14,7 @@ import dataclasses
 import io
 import json
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -154,7 +155,10 @@ def _decode_image(item: Any, base: Path, path: Path, key: str) -> Image.Image:
             src = _image_bytes(base / item)
         else:
             raise ValueError(f"unsupported image entry of type {type(item).__name__}")
-        with Image.open(src) as im:
+        with warnings.catch_warnings():  # the size is checked here, against a lower limit than Pillow's warning
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(src)
+        with im:
             w, h = im.size
             if w * h > IMAGE_PIXEL_LIMIT:
                 raise HarnessError(f"image of {w}x{h} pixels is over the limit of {IMAGE_PIXEL_LIMIT} pixels",
