@@ -70,3 +70,12 @@ def test_bounded_reads_refuse_devices_fifos_and_big_files(tmp_path: Path) -> Non
     with pytest.raises(HarnessError, match="over the limit of 1000"):
         load_json_strict(big, 1000)
     assert load_json_strict(big)[0] == 0
+
+
+def test_stage_is_internal_and_hidden_from_help() -> None:
+    from harness.cli import build_parser
+
+    parser = build_parser({"run": "run"})
+    run = parser._subparsers._group_actions[0].choices["run"]  # noqa: SLF001 - the run subcommand's parser
+    assert "--stage" not in run.format_help()
+    assert run.parse_args(["r", "--stage", "train"]).stage == "train"  # still accepted from the harness's launchers
