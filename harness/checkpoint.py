@@ -3,9 +3,9 @@
 Layout, under ``RUN_DIR/checkpoints/``::
 
     step-000010/               one complete checkpoint (the newest trainer.max_actor_ckpt_to_keep are kept)
-      .metadata, __<r>_0.distcp  actor + optimizer state (torch.distributed.checkpoint; FSDP2 shards or a
-                                 plain module: the same format, with or without a process group)
-      extra-rank<r>.pt         every RNG state of rank r (Python, NumPy, torch CPU, CUDA / NPU)
+      state-rank<r>.safetensors  rank r's actor + optimizer state (FSDP2: its local shards) and every
+      state-rank<r>.json         RNG state (Python, NumPy, torch CPU, CUDA / NPU): tensors + a JSON tree,
+                                 no pickle anywhere (:mod:`harness.statefile`)
       trainer-state.json       step, tokens seen, LR scheduler, data-loader position, world size
       resolved-recipe.json     the resolved config that produced it
       manifest.json            a copy of the run manifest at that step
@@ -16,14 +16,19 @@ Checkpoints are taken every ``trainer.save_freq`` steps, after the last step (wh
 when SIGTERM / SIGINT stops the run. The reference policy is not saved: it is rebuilt from the
 recipe (initial weights and the cached warm start), exactly as at the start of the run.
 
+Loading never deserialises code: a checkpoint directory must hold exactly the files above (regular
+files, no links) for the world size it was written with; anything else in it — e.g. a
+``torch.distributed.checkpoint`` ``.metadata`` pickle — refuses the resume before a byte of it is read.
+
 Resume rule:
 
 * ``harness run RECIPE --resume RUN_DIR``: RUN_DIR must hold a run that did not complete. Partial
   checkpoints are deleted, then the run continues from the newest complete checkpoint (with none,
   it starts again from step 0 in the same directory).
 * ``trainer.resume_mode: auto`` (without ``--resume``): when ``--out`` names a directory holding a
-  run that did not complete *and* has a complete checkpoint, it is continued as with ``--resume``.
-  Any other existing run directory is refused as before (``resume_mode: disable`` never resumes).
+  run that did not complete, has a complete checkpoint *and* was made from the same resolved config
+  (recipe name, profile, scale, config hash), it is continued as with ``--resume``. Any other
+  existing run directory is refused (``resume_mode: disable`` never resumes).
 * The ``--set`` overrides the checkpoint was trained with are applied again (from its manifest
   copy), and ``--steps`` defaults to the original request. The resolved config is compared key by
   key with the checkpoint's: every key that differs must be given with ``--set`` on the resuming
@@ -40,7 +45,6 @@ checkpoint write (data written, ``COMPLETE`` not yet) so a test can kill the run
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -48,7 +52,6 @@ import secrets
 import shutil
 import signal
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,10 +64,20 @@ from harness.errors import EXIT_FINDINGS, HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.recipe import Resolved, overridable_keys, parse_override
 from harness.record import MARKER, utc_now
+from harness.statefile import check_regular, load_state, restore_like, save_state
 
 CKPT_DIR = "checkpoints"
 COMPLETE = "COMPLETE"
 STEP_DIR = re.compile(r"^step-(\d{6,})$")
+COMMON_FILES = ("trainer-state.json", "resolved-recipe.json", "manifest.json", COMPLETE)
+
+
+def rank_stem(rank: int) -> str:
+    return f"state-rank{rank}"
+
+
+def expected_files(world: int) -> set[str]:
+    return set(COMMON_FILES) | {f"{rank_stem(r)}{ext}" for r in range(world) for ext in (".safetensors", ".json")}
 
 
 def ckpt_name(step: int) -> str:
@@ -174,17 +187,10 @@ def rng_unpack(packed: dict[str, Any]) -> None:
         npu.set_rng_state_all(packed["npu"])
 
 
-def _dcp(fn: Any, state: dict[str, Any], path: Path) -> None:
-    with warnings.catch_warnings():  # no process group: DCP says it assumes a single process, which is right
-        warnings.filterwarnings("ignore", message=".*assuming the intent is to")
-        fn(state, checkpoint_id=str(path))
-
-
 def save_checkpoint(trainer: Any, run_dir: Path, step: int, *, config: dict[str, Any],
                     manifest: dict[str, Any] | None, keep: int | None) -> Path:
     """Write ``checkpoints/step-<step>/`` (collective: every rank calls it) and prune to ``keep``."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    from torch.distributed.checkpoint.state_dict import get_state_dict
 
     dist, root, name = trainer.dist, run_dir / CKPT_DIR, ckpt_name(step)
     nonce = None
@@ -192,21 +198,10 @@ def save_checkpoint(trainer: Any, run_dir: Path, step: int, *, config: dict[str,
         nonce = secrets.token_hex(6)
         (root / f"{name}.tmp-{nonce}").mkdir(parents=True)
     tmp = root / f"{name}.tmp-{dist.all_gather_objects(nonce)[0]}"  # also a barrier: the directory exists
-    # accelerator runs stage the state to host memory first: the writer then serialises plain CPU
-    # tensors (no asynchronous device-to-host copies racing the serialiser)
-    on_host = next(trainer.models.actor.parameters()).device.type == "cpu"
-    options = StateDictOptions(cpu_offload=not on_host)
-    model_sd, optim_sd = get_state_dict(trainer.models.actor, trainer.optimizer, options=options)
-    _dcp(dcp.save, {"model": model_sd, "optim": optim_sd}, tmp)
+    # every tensor is copied to host memory (synchronously) as it is encoded: this rank's shards only
+    model_sd, optim_sd = get_state_dict(trainer.models.actor, trainer.optimizer)
+    save_state({"model": model_sd, "optim": optim_sd, "rng": rng_pack()}, tmp / rank_stem(dist.rank))
     del model_sd, optim_sd
-    extra = {"rank": dist.rank, "rng": rng_pack()}
-    path = tmp / f"extra-rank{dist.rank}.pt"
-    buf = io.BytesIO()  # serialise in memory: torch's zip writer checks file positions, which some
-    torch.save(extra, buf)  # sandboxed filesystems report wrongly ("unexpected pos" on the lent H200)
-    with open(path, "wb") as fh:
-        fh.write(buf.getvalue())
-        fh.flush()
-        os.fsync(fh.fileno())
     dist.all_gather_objects(None)  # every rank's share is on disk
     if dist.rank == 0:
         pause = float(os.environ.get("HARNESS_CKPT_PAUSE_S") or 0)
@@ -230,26 +225,47 @@ def save_checkpoint(trainer: Any, run_dir: Path, step: int, *, config: dict[str,
     return root / name
 
 
+def verify_layout(path: Path, world: int) -> None:
+    """Refuse a checkpoint directory that holds anything but the files this harness writes for ``world`` ranks."""
+    try:
+        names = {p.name for p in path.iterdir()}
+    except OSError as err:
+        raise HarnessError(f"cannot list the checkpoint ({err.strerror})", file=str(path)) from None
+    extra, missing = sorted(names - expected_files(world)), sorted(expected_files(world) - names - {"manifest.json"})
+    if extra:
+        raise HarnessError(f"resume refused: unexpected file '{extra[0]}' in the checkpoint (not written by this "
+                           f"harness for world size {world}; nothing was loaded)", file=str(path),
+                           fix="resume only run directories this harness wrote, or start a new run")
+    if missing:
+        raise HarnessError(f"resume refused: the checkpoint lacks '{missing[0]}' (written by another format or "
+                           f"world size; nothing was loaded)", file=str(path), fix="start a new run")
+    for name in sorted(names):
+        check_regular(path / name)
+
+
 def load_checkpoint(trainer: Any, path: Path) -> dict[str, Any]:
     """Restore actor, optimizer, scheduler, loader, counters and this rank's RNG from ``path``."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     dist = trainer.dist
-    state = load_json_strict(path / "trainer-state.json")
-    extra_path = path / f"extra-rank{dist.rank}.pt"
-    if state["world_size"] != dist.world or not extra_path.is_file():
+    state = load_json_strict(path / "trainer-state.json", follow_symlinks=False)
+    if state["world_size"] != dist.world:
         raise HarnessError(f"checkpoint was written with world size {state['world_size']}, this run has "
                            f"{dist.world}", file=str(path), fix="resume with the same number of processes")
+    verify_layout(path, dist.world)
+    stem = path / rank_stem(dist.rank)
+    loaded = load_state(stem)
+    if not isinstance(loaded, dict) or set(loaded) != {"model", "optim", "rng"}:
+        raise HarnessError("corrupt training state: expected model, optim and rng", file=str(stem) + ".json",
+                           fix="resume from another checkpoint, or start a new run")
     model_sd, optim_sd = get_state_dict(trainer.models.actor, trainer.optimizer)
-    sd = {"model": model_sd, "optim": optim_sd}
-    _dcp(dcp.load, sd, path)
-    set_state_dict(trainer.models.actor, trainer.optimizer, model_state_dict=sd["model"],
-                   optim_state_dict=sd["optim"])
+    model_sd = restore_like(loaded["model"], model_sd, "model", stem)
+    optim_sd = restore_like(loaded["optim"], optim_sd, "optim", stem)
+    set_state_dict(trainer.models.actor, trainer.optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
     trainer.scheduler.load_state_dict(state["scheduler"])
     trainer.loader.load_state_dict(state["loader"])
     trainer.tokens_seen = int(state["tokens_seen"])
-    rng_unpack(torch.load(extra_path, weights_only=True)["rng"])
+    rng_unpack(loaded["rng"])
     return state
 
 
@@ -287,13 +303,16 @@ def is_finished(run_dir: Path, manifest: dict[str, Any]) -> bool:
     return manifest.get("status") == "complete" and not (run_dir / MARKER).exists()
 
 
-def auto_resumable(run_dir: Path) -> bool:
-    """``resume_mode: auto``: an existing run that did not complete and has a complete checkpoint."""
+def auto_resumable(run_dir: Path, res: Resolved) -> bool:
+    """``resume_mode: auto``: a run of the same recipe, profile and scale that did not complete and has a
+    complete checkpoint (its config and files are checked again by :func:`plan_resume` before anything loads)."""
     try:
         manifest = read_manifest(run_dir)
-    except Exception:  # noqa: BLE001 - an unreadable manifest is not resumed automatically
+        same = (manifest["recipe"]["name"], manifest["profile"], manifest["scale"]) == (res.name, res.profile_name,
+                                                                                        res.scale)
+    except (HarnessError, KeyError, TypeError):
         return False
-    return not is_finished(run_dir, manifest) and newest_checkpoint(run_dir) is not None
+    return same and not is_finished(run_dir, manifest) and newest_checkpoint(run_dir) is not None
 
 
 def config_changes(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
@@ -333,7 +352,15 @@ def plan_resume(run_dir: Path, res: Resolved, sets: list[str] | tuple[str, ...],
             raise HarnessError(f"resume refused: the run used {what} '{was}', not '{now}'", file=where,
                                fix=f"resume with {what} '{was}'")
     newest = newest_checkpoint(run_dir)
-    old_cfg = load_json_strict(newest[1] / "resolved-recipe.json") if newest else manifest["resolved_config"]
+    saved_world = world
+    if newest is not None:
+        saved_world = load_json_strict(newest[1] / "trainer-state.json", follow_symlinks=False).get("world_size")
+        if not isinstance(saved_world, int) or not 0 < saved_world <= 1 << 16:
+            raise HarnessError(f"bad world size {saved_world!r} in the checkpoint", file=str(newest[1] / "trainer-state.json"),
+                               key_path="world_size", fix="start a new run")
+        verify_layout(newest[1], saved_world)
+    old_cfg = (load_json_strict(newest[1] / "resolved-recipe.json", follow_symlinks=False) if newest
+               else manifest["resolved_config"])
     given = [dict(zip(("key", "value"), parse_override(s))) for s in sets]
     keys = {o["key"] for o in given}
     bad = [c for c in config_changes(old_cfg, res.config) if c[0] not in keys]
@@ -346,7 +373,6 @@ def plan_resume(run_dir: Path, res: Resolved, sets: list[str] | tuple[str, ...],
                            fix="resume with the recipe the run used; a changed overridable key must be given "
                                "again with --set KEY=VALUE")
     if newest is not None:
-        saved_world = load_json_strict(newest[1] / "trainer-state.json")["world_size"]
         if saved_world != world:
             raise HarnessError(f"resume refused: the checkpoint was written with world size {saved_world}, this "
                                f"run has {world}", file=where, fix="resume with the same number of processes")

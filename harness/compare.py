@@ -23,6 +23,8 @@ or scale, another profile (except for a replay, which may run a baseline on othe
 from __future__ import annotations
 
 import math
+import os
+import stat
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -212,7 +214,22 @@ def judge(run_dir: Path, res: Any = None, baseline_path: Path | None = None, *, 
     return verdict
 
 
+def require_baseline_file(path: Path) -> None:
+    """A baseline named explicitly (``--baseline``) must be a regular file: missing is bad input (exit 2),
+    not "no baseline recorded yet"."""
+    try:
+        ok = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError as err:
+        raise HarnessError(f"baseline file cannot be used ({err.strerror})", file=str(path), key_path="--baseline",
+                           fix="check the path, or leave --baseline out to use the recipe's own") from None
+    if not ok:
+        raise HarnessError("baseline is not a regular file", file=str(path), key_path="--baseline",
+                           fix="name a baseline .json file")
+
+
 def _judge(run_dir: Path, baseline_path: Path | None, forced: str | None) -> Verdict:
+    if baseline_path is not None:
+        require_baseline_file(Path(baseline_path))
     if forced is not None and forced not in TIERS:
         raise HarnessError(f"unknown tier '{forced}'", key_path="--tier", fix=f"use one of {', '.join(TIER_ORDER)}")
     mpath = run_dir / "manifest.json"
@@ -243,13 +260,13 @@ def _judge(run_dir: Path, baseline_path: Path | None, forced: str | None) -> Ver
                          "only finished runs are compared")
         return v
     replayed = (manifest.get("replay") or {}).get("baseline")
-    path = Path(baseline_path) if baseline_path else Path(replayed) if replayed else default_path(manifest["recipe"]["name"], manifest["profile"],
-                                                                  manifest["scale"])
+    path = Path(baseline_path) if baseline_path else Path(replayed) if replayed else default_path(
+        manifest["recipe"]["name"], manifest["profile"], manifest["scale"])
     if not path.is_file():
         v.status = "no-baseline"
         v.notices.append(f"no baseline at {path}; record one with `harness record-baseline "
                          f"{manifest['recipe']['name']} --profile {manifest['profile']} --scale {manifest['scale']} "
-                         "--seeds 3`")
+                         "--seeds 5`")
         return v
     try:
         baseline = load_baseline(path)

@@ -3,7 +3,12 @@
 ``load_json_strict`` refuses what ``json.load`` silently accepts: duplicate keys (the later one
 would win), NaN/Infinity and trailing data. Errors name the file, the key path and the line.
 ``write_json_atomic`` writes to a temporary file in the same directory, fsyncs and renames, so
-a reader never sees a half-written file and a crash leaves the old one in place.
+a reader never sees a half-written file and a crash leaves the old one in place; the file gets
+the usual mode of a new file (0666 less the umask), not the temporary file's 0600.
+
+Every file the harness reads goes through :func:`read_bytes_limited`: it must be a regular file
+(a FIFO, a device such as /dev/zero, a directory or a socket is refused without blocking) and no
+larger than a limit, checked before anything is read into memory.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from json.decoder import JSONDecodeError, scanstring
 from pathlib import Path
@@ -19,6 +25,84 @@ from typing import Any
 from harness.errors import HarnessError
 
 _WS = " \t\n\r"
+MiB = 1 << 20
+JSON_LIMIT = 64 * MiB  # recipes, manifests, baselines, certificates, verdicts
+
+
+def _umask() -> int:
+    """The process umask (read without changing it where /proc allows)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+FILE_MODE = 0o666 & ~_umask()
+
+
+def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = "file",
+                       follow_symlinks: bool = True) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, or a one-line :class:`HarnessError`.
+
+    The file is opened non-blocking (a FIFO cannot stall the open), then checked with ``fstat``
+    on the open descriptor, so what is read is what was checked.
+    """
+    p = str(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(p, flags)
+    except FileNotFoundError:
+        raise HarnessError(f"{what} not found", file=p, fix="check the path") from None
+    except IsADirectoryError:
+        raise HarnessError(f"is a directory, not a {what}", file=p, fix=f"name a {what}") from None
+    except OSError as err:
+        if not follow_symlinks and os.path.islink(p):
+            raise HarnessError(f"is a symbolic link; the harness does not follow links here", file=p,
+                               fix="replace the link by the file itself") from None
+        raise HarnessError(f"cannot read ({err.strerror})", file=p, fix="check the path and its permissions") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise HarnessError(f"is a directory, not a {what}", file=p, fix=f"name a {what}")
+        if not stat.S_ISREG(st.st_mode):
+            raise HarnessError(f"not a regular file (a FIFO, device or socket); refused", file=p,
+                               fix=f"name a regular {what}")
+        if st.st_size > limit:
+            raise HarnessError(f"{what} is {st.st_size} bytes, over the limit of {limit}", file=p,
+                               fix=f"use a {what} of at most {limit // MiB or 1} MiB")
+        os.set_blocking(fd, True)
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # grew while being read
+                raise HarnessError(f"{what} is over the limit of {limit} bytes", file=p, fix=f"use a smaller {what}")
+        return b"".join(chunks)
+    except OSError as err:
+        raise HarnessError(f"cannot read ({err.strerror})", file=p, fix="check the path and its permissions") from None
+    finally:
+        os.close(fd)
+
+
+def read_text_limited(path: str | os.PathLike[str], limit: int = JSON_LIMIT, *, what: str = "file",
+                      follow_symlinks: bool = True) -> str:
+    """:func:`read_bytes_limited` decoded as UTF-8 (a one-line error when it is not)."""
+    data = read_bytes_limited(path, limit, what=what, follow_symlinks=follow_symlinks)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise HarnessError(f"not UTF-8 text (byte {err.start})", file=str(path), fix="save the file as UTF-8") from None
 _SCALAR = json.JSONDecoder(parse_constant=lambda name: _refuse_constant(name))
 
 
@@ -135,20 +219,10 @@ def loads_strict(text: str, file: str = "<string>") -> Any:
     return value
 
 
-def load_json_strict(path: str | os.PathLike[str]) -> Any:
-    """Read and strictly parse a JSON file; unreadable or non-UTF-8 files give a one-line error."""
+def load_json_strict(path: str | os.PathLike[str], limit: int = JSON_LIMIT, *, follow_symlinks: bool = True) -> Any:
+    """Read and strictly parse a JSON file (regular, at most ``limit`` bytes, UTF-8): a one-line error otherwise."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise HarnessError("file not found", file=str(p), fix="check the path") from None
-    except IsADirectoryError:
-        raise HarnessError("is a directory, not a JSON file", file=str(p), fix="name a .json file") from None
-    except UnicodeDecodeError as err:
-        raise HarnessError(f"not UTF-8 text (byte {err.start})", file=str(p), fix="save the file as UTF-8") from None
-    except OSError as err:
-        raise HarnessError(f"cannot read ({err.strerror})", file=str(p), fix="check permissions") from None
-    return loads_strict(text, str(p))
+    return loads_strict(read_text_limited(p, limit, what="JSON file", follow_symlinks=follow_symlinks), str(p))
 
 
 def dumps(obj: Any) -> str:
@@ -156,14 +230,18 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` atomically: temp file in the same dir, fsync, rename, fsync dir."""
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: temp file in the same dir, fsync, rename, fsync dir.
+
+    The rename replaces whatever ``path`` was (a symbolic link is replaced, never followed).
+    """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        os.fchmod(fd, FILE_MODE)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)
@@ -178,6 +256,32 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """:func:`write_bytes_atomic` of ``text`` as UTF-8."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def open_new(path: str | os.PathLike[str], *, append_existing: bool = False) -> int:
+    """A write descriptor for a file created here (``O_EXCL``), never through a symbolic link.
+
+    ``append_existing``: an existing regular file is opened for appending instead (a resumed run).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    flags |= os.O_APPEND if append_existing else os.O_EXCL
+    try:
+        fd = os.open(path, flags, 0o666)
+    except FileExistsError:
+        raise HarnessError("already exists; not overwritten", file=str(path),
+                           fix="choose a new or empty run directory") from None
+    except OSError as err:
+        raise HarnessError(f"cannot create ({err.strerror}; symbolic links are not followed)", file=str(path),
+                           fix="choose a new or empty run directory") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise HarnessError("not a regular file; not written", file=str(path), fix="choose a new run directory")
+    return fd
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:

@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
+from harness.errors import HarnessError
+from harness.jsonio import MiB, load_json_strict, open_new, read_text_limited, write_json_atomic, write_text_atomic
 from harness.paths import ROOT
 
 MARKER = "INCOMPLETE"
+METRICS_LIMIT = 512 * MiB
 
 
 def utc_now() -> str:
@@ -76,9 +78,10 @@ def software_versions() -> dict[str, Any]:
 class MetricsWriter:
     """Append-only ``metrics.jsonl``: each line flushed and fsynced before the step counts as done."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, append: bool = False) -> None:
         self.path = path
-        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        fd = open_new(path, append_existing=append)
+        self._fh = os.fdopen(fd, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         line = json.dumps({"step": step, **metrics}, allow_nan=True, sort_keys=False)
@@ -94,7 +97,8 @@ def truncate_metrics(path: Path, last_step: int) -> None:
     """Keep the rows up to ``last_step`` (byte for byte); rewritten atomically. ``-1`` keeps none."""
     if not path.is_file():
         return
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = read_text_limited(path, METRICS_LIMIT, what="metrics file", follow_symlinks=False).splitlines(
+        keepends=True)
     kept = []
     for line in lines:
         try:
@@ -107,20 +111,35 @@ def truncate_metrics(path: Path, last_step: int) -> None:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Rows of a ``metrics.jsonl``; a torn last line (killed mid-write) is ignored."""
-    rows = []
+    """Rows of a ``metrics.jsonl``; a torn last line (killed mid-write) is ignored.
+
+    Steps must increase row by row: a repeated or out-of-order step (e.g. two runs appended to one
+    file) is refused, so a verdict never judges duplicated steps.
+    """
+    rows: list[dict[str, Any]] = []
     if not path.is_file():
         return rows
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = read_text_limited(path, METRICS_LIMIT, what="metrics file").splitlines()
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except ValueError:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
             if i == len(lines) - 1:
                 break
-            raise
+            raise HarnessError(f"line {i + 1} is not valid JSON", file=str(path),
+                               fix="the file is damaged; re-run the recipe") from None
+        step = row.get("step") if isinstance(row, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise HarnessError(f"line {i + 1} has no integer 'step'", file=str(path), key_path="step",
+                               fix="the file is damaged; re-run the recipe")
+        if rows and step <= rows[-1]["step"]:
+            what = "repeated" if step == rows[-1]["step"] or any(r["step"] == step for r in rows) else "out of order"
+            raise HarnessError(f"line {i + 1}: step {step} is {what} (after step {rows[-1]['step']})",
+                               file=str(path), key_path="step",
+                               fix="each step may appear once, in order; re-run the recipe into a new --out")
+        rows.append(row)
     return rows
 
 
@@ -130,7 +149,12 @@ class RunRecord:
     def __init__(self, run_dir: Path, manifest: dict[str, Any]) -> None:
         self.dir = run_dir
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / MARKER).write_text("this run has not finished cleanly\n", encoding="utf-8")
+        for name in ("manifest.json", "metrics.jsonl"):
+            if os.path.lexists(self.dir / name):
+                raise HarnessError(f"the run directory already holds {name}; not overwritten", file=str(self.dir),
+                                   fix="choose a new or empty --out, or --resume the run")
+        with os.fdopen(open_new(self.dir / MARKER), "w", encoding="utf-8") as fh:
+            fh.write("this run has not finished cleanly\n")
         self.manifest = {"schema_version": 1, "status": "running", "created_utc": utc_now(), "finished_utc": None,
                          "error": None, **manifest}
         self.save()
@@ -141,14 +165,14 @@ class RunRecord:
         """Reopen a run to continue after ``from_step`` (0: start over): metrics cut back, the resume recorded."""
         self = cls.__new__(cls)
         self.dir = run_dir
-        self.manifest = load_json_strict(run_dir / "manifest.json")
-        (self.dir / MARKER).write_text("this run has not finished cleanly\n", encoding="utf-8")
+        self.manifest = load_json_strict(run_dir / "manifest.json", follow_symlinks=False)
+        write_text_atomic(self.dir / MARKER, "this run has not finished cleanly\n")
         truncate_metrics(self.dir / "metrics.jsonl", from_step if from_step > 0 else -1)
         self.manifest.update(updates, status="running", finished_utc=None, error=None)
         self.manifest["steps"]["completed"] = from_step
         self.manifest.setdefault("resumes", []).append(entry)
         self.save()
-        self.metrics = MetricsWriter(self.dir / "metrics.jsonl")
+        self.metrics = MetricsWriter(self.dir / "metrics.jsonl", append=True)
         return self
 
     def save(self) -> None:

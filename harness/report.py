@@ -10,13 +10,14 @@ the baseline's noise seeds (thin lines).
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 from harness.baseline import load_series
-from harness.jsonio import load_json_strict, write_text_atomic
+from harness.jsonio import load_json_strict, write_bytes_atomic, write_text_atomic
 
 CURVES = [  # (file stem, title, metrics: first is the main one)
     ("reward", "Reward (train score / validation)", ["critic/score/mean", "val-core/*"]),
@@ -154,7 +155,9 @@ def plot_curves(out_dir: Path, run: dict[str, dict[int, float]], baseline: dict[
         ax.legend(handles, labels, fontsize=7, loc="best", framealpha=0.8)
         fig.tight_layout()
         fname = f"curves-{stem}.png"
-        fig.savefig(out_dir / fname)
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
+        write_bytes_atomic(out_dir / fname, png.getvalue())
         plt.close(fig)
         written.append((fname, title))
     return written

@@ -105,12 +105,28 @@ class _Progress:
             self.rich.stop()
 
 
+class StoppedEarly(HarnessError):
+    """SIGTERM / SIGINT before the first training step: stop at once (also out of a blocking read)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name} before training started; no checkpoint",
+                         fix="start the run again", exit_code=128 + signum)
+
+
 class _StopSignals:
-    """SIGTERM / SIGINT ask the loop to stop after the current step; the handlers live for the whole run."""
+    """SIGTERM / SIGINT ask the loop to stop after the current step; the handlers live for the whole run.
+
+    Until :meth:`arm` (set-up: building models, reading data, warm start, restoring a checkpoint) a
+    signal raises :class:`StoppedEarly` at once, so a read that blocks cannot keep the run alive.
+    """
 
     def __init__(self) -> None:
         self.signum = 0
+        self.armed = False
         self._old: dict[int, Any] = {}
+
+    def arm(self) -> None:
+        self.armed = True
 
     def __enter__(self) -> _StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -119,6 +135,8 @@ class _StopSignals:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if not self.armed:
+            raise StoppedEarly(signum)
         if not self.signum:
             self.signum = signum
             sys.stderr.write(f"notice: {signal.Signals(signum).name} received; stopping after this step with a "
@@ -219,6 +237,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                 val = trainer.validate(0)
                 if record is not None:
                     record.metrics.write(0, val)
+            stop.arm()
             for step in range(start + 1, total + 1):
                 metrics = trainer.step(step)
                 if keep_rollouts and trainer.last_rollout is not None:
@@ -253,6 +272,11 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                     raise err
         except Interrupted:
             bar.close()
+            raise
+        except StoppedEarly as err:
+            bar.close()
+            if record is not None:
+                record.finish("interrupted", err.one_line())
             raise
         except KeyboardInterrupt:
             bar.close()

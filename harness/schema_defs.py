@@ -40,6 +40,31 @@ def _leaf(kind: str | list[str], desc: str, override: bool = False, **kw: Any) -
     return out
 
 
+# Upper bounds: a size the harness would try to allocate or loop over is refused by the schema, not
+# discovered by running out of memory. Every other recipe integer is capped at INT32_MAX (_capped).
+MAX_EXAMPLES = 1_000_000  # synthetic examples are generated (with their images) in memory
+MAX_IMAGE_SIDE = 4096
+MAX_BATCH = 65_536
+MAX_TOKENS = 1 << 20
+MAX_STEPS = 10_000_000
+MAX_GROUP = 1024
+MAX_SEED = 2**32 - 1  # NumPy's legacy seed range
+INT32_MAX = 2**31 - 1
+
+
+def _capped(node: Any) -> Any:
+    """``node`` with ``maximum: INT32_MAX`` on every integer leaf that has no maximum of its own."""
+    if isinstance(node, dict):
+        out = {k: _capped(v) for k, v in node.items()}
+        kind = node.get("type")
+        if (kind == "integer" or (isinstance(kind, list) and "integer" in kind)) and "maximum" not in node:
+            out["maximum"] = INT32_MAX
+        return out
+    if isinstance(node, list):
+        return [_capped(v) for v in node]
+    return node
+
+
 def integer(desc: str, minimum: int | None = None, maximum: int | None = None, *, override: bool = False,
             nullable: bool = False) -> dict[str, Any]:
     kw = {k: v for k, v in (("minimum", minimum), ("maximum", maximum)) if v is not None}
@@ -169,19 +194,21 @@ def _model() -> dict[str, Any]:
 def _data() -> dict[str, Any]:
     synthetic = obj("Seeded synthetic visual/text reasoning data in geo3k's format (used when train_files is null).", {
         "tasks": array("Task generators, round-robin.", {"type": "string", "enum": TASKS}, min_items=1),
-        "train_size": integer("Training examples.", 1, override=True),
-        "val_size": integer("Held-out validation examples.", 1, override=True),
-        "image_size": integer("Image side in pixels (multiple of 16).", 16),
+        "train_size": integer("Training examples.", 1, MAX_EXAMPLES, override=True),
+        "val_size": integer("Held-out validation examples.", 1, MAX_EXAMPLES, override=True),
+        "image_size": integer("Image side in pixels (multiple of 16).", 16, MAX_IMAGE_SIDE),
     })
     return obj("Prompts and lengths (verl data.*).", {
         "dataset": string("Dataset this recipe stands for (label, e.g. geo3k).", min_length=1),
         "train_files": string("Local parquet/jsonl with geo3k fields; null = synthetic.", nullable=True, min_length=1),
         "val_files": string("Local parquet/jsonl for validation; null = synthetic.", nullable=True, min_length=1),
         "synthetic": synthetic,
-        "train_batch_size": integer("Prompts per GRPO step.", 1, override=True),
-        "val_batch_size": integer("Prompts per validation batch; null = all.", 1, override=True, nullable=True),
-        "max_prompt_length": integer("Longest prompt in tokens (image tokens included).", 1, override=True),
-        "max_response_length": integer("Longest sampled response in tokens.", 1, override=True),
+        "train_batch_size": integer("Prompts per GRPO step.", 1, MAX_BATCH, override=True),
+        "val_batch_size": integer("Prompts per validation batch; null = all.", 1, MAX_BATCH, override=True,
+                                  nullable=True),
+        "max_prompt_length": integer("Longest prompt in tokens (image tokens included).", 1, MAX_TOKENS,
+                                     override=True),
+        "max_response_length": integer("Longest sampled response in tokens.", 1, MAX_TOKENS, override=True),
         "filter_overlong_prompts": boolean("Drop (and count) prompts longer than max_prompt_length."),
         "truncation": string("What to do with an overlong prompt that is not filtered.",
                              enum=["error", "left", "right"]),
@@ -250,12 +277,12 @@ def _rollout() -> dict[str, Any]:
         "top_p": number("Nucleus mass.", exclusive_min=0, maximum=1, override=True),
         "top_k": integer("Top-k (-1 or 0 = off).", -1, override=True),
         "do_sample": boolean("Sample (true) or greedy (false)."),
-        "n": integer("Responses per validation prompt.", 1, override=True),
+        "n": integer("Responses per validation prompt.", 1, MAX_GROUP, override=True),
     })
     return obj("Response sampling (verl actor_rollout_ref.rollout.*).", {
         "name": string("Inference engine verl uses; this harness samples with its own KV-cached engine.",
                        enum=["vllm", "sglang", "hf"]),
-        "n": integer("Responses per prompt (GRPO group size).", 1, override=True),
+        "n": integer("Responses per prompt (GRPO group size).", 1, MAX_GROUP, override=True),
         "temperature": number("Sampling temperature.", exclusive_min=0, override=True),
         "top_p": number("Nucleus mass.", exclusive_min=0, maximum=1, override=True),
         "top_k": integer("Top-k (-1 or 0 = off).", -1, override=True),
@@ -295,7 +322,7 @@ def _recipe_props() -> dict[str, Any]:
             "launcher": string("Launcher script the values follow.", min_length=1),
             "reference": string("Pull request / paper / model card.", min_length=1),
         }),
-        "seed": integer("Global seed (data order, init, sampling).", 0, override=True),
+        "seed": integer("Global seed (data order, init, sampling).", 0, MAX_SEED, override=True),
         "deterministic": boolean("Deterministic algorithms and seeded everything: the same run twice gives "
                                  "bitwise-identical metrics on the same machine."),
         "security": obj("Explicit opt-ins.", {
@@ -305,8 +332,8 @@ def _recipe_props() -> dict[str, Any]:
         "model": _model(),
         "warm_start": {**obj("Seed checkpoint: a short seeded SFT that teaches the answer FORMAT only (random "
                              "answers), cached by the hash of its inputs; null = start from the raw init.", {
-            "steps": integer("SFT steps.", 1, override=True),
-            "batch_size": integer("SFT batch size.", 1, override=True),
+            "steps": integer("SFT steps.", 1, MAX_STEPS, override=True),
+            "batch_size": integer("SFT batch size.", 1, MAX_BATCH, override=True),
             "lr": number("SFT AdamW learning rate.", exclusive_min=0, override=True),
         }), "type": ["object", "null"]},
         "data": _data(),
@@ -347,7 +374,7 @@ def _recipe_props() -> dict[str, Any]:
             "device": string("Device kind.", enum=["cpu", "cuda", "npu"]),
             "nnodes": integer("Nodes.", 1),
             "n_gpus_per_node": integer("Devices per node (GPUs or NPUs).", 1),
-            "total_training_steps": integer("GRPO steps.", 1, override=True),
+            "total_training_steps": integer("GRPO steps.", 1, MAX_STEPS, override=True),
             "save_freq": integer("Checkpoint every n steps (-1 = never).", -1, override=True),
             "test_freq": integer("Validate every n steps (-1 = never).", -1, override=True),
             "val_before_train": boolean("Validate before the first step."),
@@ -377,7 +404,7 @@ def recipe_schema(resolved: bool) -> dict[str, Any]:
                                      "additionalProperties": patch("Settings for this profile at this scale.")},
             "minProperties": 1,
         }
-    schema = obj("A GRPO recipe." if not resolved else "A recipe resolved for one profile and scale.", props,
+    schema = obj("A GRPO recipe." if not resolved else "A recipe resolved for one profile and scale.", _capped(props),
                  optional=("$schema",))
     name = "resolved-recipe" if resolved else "recipe"
     return {"$schema": SCHEMA_DIALECT, "$id": SCHEMA_BASE + f"{name}.schema.json", "title": name, **schema}

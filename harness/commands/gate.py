@@ -18,7 +18,7 @@ from typing import Any
 
 from harness.commands import chosen_profile
 from harness.errors import EXIT_FINDINGS, EXIT_OK
-from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
+from harness.jsonio import load_json_strict, write_bytes_atomic, write_json_atomic, write_text_atomic
 
 HELP = "Run every recipe at smoke scale and judge it; JUnit XML + Markdown summary; non-zero on any regression."
 GROUPS = ("exact", "band", "statistical", "throughput", "memory", "ckpt-resume")
@@ -181,8 +181,8 @@ def execute(args: argparse.Namespace) -> int:
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as fh:
             fh.write(md)
     if args.junit:
-        args.junit.parent.mkdir(parents=True, exist_ok=True)
-        junit(results, profile).write(args.junit, encoding="utf-8", xml_declaration=True)
+        write_bytes_atomic(args.junit, ET.tostring(junit(results, profile).getroot(), encoding="utf-8",
+                                                   xml_declaration=True))
     write_gate_report(args.out, results)
     sys.stdout.write(md)
     ok = bool(results) and all(r["status"] == "pass" for r in results)

@@ -44,8 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "harness/checkpoint.py for the rule)")
     p.add_argument("--nproc-per-node", type=int, help="torchrun processes per node on the cpu profile "
                    "(accelerator profiles use trainer.n_gpus_per_node)")
-    p.add_argument("--stage", choices=("all", "train"), default="all",
-                   help="train = only train and record (used inside containers and on every Slurm node)")
+    # internal: train and record only (inside containers, torchrun ranks' launchers, child runs, Slurm nodes);
+    # hidden from --help, and bound by the same run-directory rules as a full run
+    p.add_argument("--stage", choices=("all", "train"), default="all", help=argparse.SUPPRESS)
 
 
 def resolve_args(args: argparse.Namespace, sets: list[str] | None = None) -> Resolved:
@@ -131,10 +132,10 @@ def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime:
         train(res, run_dir, steps=args.steps, runtime=os.environ.get("HARNESS_RUNTIME", "local"),
               progress=not args.quiet, resume=resume, replay=replay)
     elif runtime == "docker":
-        from harness.runtime.docker import run_in_docker
+        from harness.runtime.docker import recipe_target, run_in_docker
 
         recipe_file = Path(res.path).resolve()
-        inner = ["run", f"/recipes/{recipe_file.name}", "--profile", res.profile_name, "--scale", res.scale,
+        inner = ["run", recipe_target(recipe_file), "--profile", res.profile_name, "--scale", res.scale,
                  "--out", "/run-dir", "--runtime", "local", "--stage", "train"]
         if args.steps:
             inner += ["--steps", str(args.steps)]
@@ -145,7 +146,7 @@ def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime:
         if getattr(args, "resume", None) is not None:
             inner += ["--resume", "/run-dir"]
         env = {k: os.environ[k] for k in ("HARNESS_FAULT",) if k in os.environ}
-        code = run_in_docker(inner, image=image or "", run_dir=run_dir.resolve(), recipes_dir=recipe_file.parent,
+        code = run_in_docker(inner, image=image or "", run_dir=run_dir.absolute(), recipe_file=recipe_file,
                              devices=res.config["trainer"]["device"],
                              device_count=res.config["trainer"]["n_gpus_per_node"], env=env)
         if code != 0:
@@ -158,21 +159,59 @@ def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime:
         launch(res, args, run_dir)
 
 
+def _listing(run_dir: Path) -> list[str] | None:
+    """The names in ``run_dir`` (None when it does not exist); a one-line error when it is not a directory."""
+    try:
+        return sorted(os.listdir(run_dir))
+    except FileNotFoundError:
+        if os.path.islink(run_dir):
+            raise HarnessError("the run directory is a dangling symbolic link", file=str(run_dir),
+                               fix="choose another --out") from None
+        return None
+    except NotADirectoryError:
+        raise HarnessError("names a file, not a directory", file=str(run_dir), key_path="--out",
+                           fix="give a new or empty directory for the run") from None
+    except OSError as err:
+        raise HarnessError(f"cannot use the run directory ({err.strerror})", file=str(run_dir), key_path="--out",
+                           fix="choose another --out") from None
+
+
+def _same_run(run_dir: Path, res: Resolved) -> bool:
+    """A run of ``res`` (recipe, profile, scale) in progress: what other Slurm nodes find in ``--out``."""
+    from harness.jsonio import load_json_strict
+
+    try:
+        m = load_json_strict(run_dir / "manifest.json", follow_symlinks=False)
+        return (m["recipe"]["name"], m["profile"], m["scale"], m["status"]) == (res.name, res.profile_name, res.scale,
+                                                                                "running")
+    except (HarnessError, KeyError, TypeError):
+        return False
+
+
 def choose_run_dir(args: argparse.Namespace, res: Resolved) -> Path:
-    """The run directory; sets ``args.resume`` when the run there is continued (``resume_mode: auto``)."""
+    """The run directory: new or empty, or a run to continue; sets ``args.resume`` when the run there is
+    continued (``resume_mode: auto``). Anything else is refused: nothing in it is overwritten."""
     from harness.checkpoint import auto_resumable
 
     if args.resume is not None:
+        if _listing(args.resume) is None:
+            raise HarnessError("run directory not found", file=str(args.resume), key_path="--resume",
+                               fix="give the directory of the run to continue")
         return args.resume
     run_dir = args.out or default_run_dir(res.name, res.profile_name)
-    if (run_dir / "manifest.json").exists():
-        if res.config["trainer"]["resume_mode"] == "auto" and auto_resumable(run_dir):
-            sys.stderr.write(f"notice: continuing the unfinished run in {run_dir} (trainer.resume_mode auto)\n")
-            args.resume = run_dir
-        elif args.stage == "all":
-            raise HarnessError("run directory already holds a run", file=str(run_dir),
-                               fix="choose another --out, or --resume it")
-    return run_dir
+    names = _listing(run_dir)
+    if not names:
+        return run_dir
+    if "manifest.json" in names:
+        if res.config["trainer"]["resume_mode"] == "auto" and auto_resumable(run_dir, res):
+            args.resume, args.auto_resumed = run_dir, True  # announced once the resume has been checked
+            return run_dir
+        if args.stage == "train" and _same_run(run_dir, res):
+            return run_dir  # a multi-node job: the first node's rank 0 has started the record
+        raise HarnessError("run directory already holds a run", file=str(run_dir), key_path="--out",
+                           fix="choose another --out, or --resume it")
+    raise HarnessError(f"run directory is not empty and holds no run ({len(names)} entries, e.g. '{names[0]}')",
+                       file=str(run_dir), key_path="--out", fix="give a new or empty directory for the run")
 
 
 def check_resume(args: argparse.Namespace, res: Resolved, run_dir: Path, runtime: str) -> None:
@@ -194,6 +233,10 @@ def check_resume(args: argparse.Namespace, res: Resolved, run_dir: Path, runtime
 def execute(args: argparse.Namespace) -> int:
     from harness.checkpoint import read_manifest, resume_overrides
 
+    if args.baseline is not None and args.stage == "all":
+        from harness.compare import require_baseline_file
+
+        require_baseline_file(args.baseline)  # before any training: a typo is bad input
     if args.resume is not None and args.profile is None:
         args.profile = read_manifest(args.resume).get("profile")
     res = resolve_args(args)
@@ -207,6 +250,8 @@ def execute(args: argparse.Namespace) -> int:
         runtime, image = choose_runtime(args.runtime, res, args.image)
     if args.resume is not None:
         check_resume(args, res, run_dir, runtime)
+        if getattr(args, "auto_resumed", False):
+            sys.stderr.write(f"notice: continuing the unfinished run in {run_dir} (trainer.resume_mode auto)\n")
     replay = plan_replay(args, res, runtime)
     train_stage(res, args, run_dir, runtime, image, replay)
     if args.stage == "train":

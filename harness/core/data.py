@@ -14,6 +14,7 @@ import dataclasses
 import io
 import json
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from harness.core.tasks import (
 )
 from harness.core.vision import image_token_count, process_images
 from harness.errors import HarnessError
+from harness.jsonio import read_bytes_limited
 
 __all__ = [
     "Example",
@@ -85,32 +87,36 @@ def build_synthetic(tasks: list[str], size: int, seed: int, split: str, image_si
 
 
 # --------------------------------------------------------------------------- local files
+DATA_LIMIT = 1 << 30  # bytes of one data file
+IMAGE_FILE_LIMIT = 64 << 20  # bytes of one image file
+IMAGE_PIXEL_LIMIT = 4096 * 4096  # pixels of one image (checked from the header, before decoding)
+
+
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise HarnessError("data file not found", file=str(path), fix="point data.path at an existing .parquet/.jsonl")
     suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".jsonl"):
+        raise HarnessError(f"unsupported data file type {suffix!r}", file=str(path), fix="use a .parquet or .jsonl file")
+    data = read_bytes_limited(path, DATA_LIMIT, what="data file")
     try:
         if suffix == ".parquet":
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            return pq.read_table(path).to_pylist()
-        if suffix == ".jsonl":
-            rows = []
-            with path.open(encoding="utf-8") as fh:
-                for n, line in enumerate(fh, 1):
-                    if line.strip():
-                        try:
-                            rows.append(json.loads(line))
-                        except json.JSONDecodeError as err:
-                            raise HarnessError(
-                                f"line {n} is not valid JSON ({err.msg})", file=str(path), fix="fix or drop that line"
-                            ) from None
-            return rows
+            return pq.read_table(pa.BufferReader(data)).to_pylist()
+        rows = []
+        for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise HarnessError(
+                        f"line {n} is not valid JSON ({err.msg})", file=str(path), fix="fix or drop that line"
+                    ) from None
+        return rows
     except HarnessError:
         raise
     except Exception as err:  # noqa: BLE001 - unreadable file → one-line error
         raise HarnessError(f"cannot read data file ({type(err).__name__}: {err})", file=str(path)) from None
-    raise HarnessError(f"unsupported data file type {suffix!r}", file=str(path), fix="use a .parquet or .jsonl file")
 
 
 def _field(row: dict[str, Any], dotted: str, path: Path, i: int) -> Any:
@@ -127,23 +133,39 @@ def _field(row: dict[str, Any], dotted: str, path: Path, i: int) -> Any:
     return cur
 
 
+def _image_bytes(path: Path) -> io.BytesIO:
+    try:
+        return io.BytesIO(read_bytes_limited(path, IMAGE_FILE_LIMIT, what="image file"))
+    except HarnessError as err:
+        raise ValueError(err.one_line()) from None
+
+
 def _decode_image(item: Any, base: Path, path: Path, key: str) -> Image.Image:
     try:
         if isinstance(item, dict):
             if item.get("bytes"):
                 src: Any = io.BytesIO(item["bytes"])
             elif item.get("path"):
-                src = base / item["path"]
+                src = _image_bytes(base / item["path"])
             else:
                 raise ValueError("image entry has neither bytes nor path")
         elif isinstance(item, (bytes, bytearray)):
             src = io.BytesIO(item)
         elif isinstance(item, str):
-            src = base / item
+            src = _image_bytes(base / item)
         else:
             raise ValueError(f"unsupported image entry of type {type(item).__name__}")
-        with Image.open(src) as im:
+        with warnings.catch_warnings():  # the size is checked here, against a lower limit than Pillow's warning
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(src)
+        with im:
+            w, h = im.size
+            if w * h > IMAGE_PIXEL_LIMIT:
+                raise HarnessError(f"image of {w}x{h} pixels is over the limit of {IMAGE_PIXEL_LIMIT} pixels",
+                                   file=str(path), key_path=key, fix="downscale the image (geo3k images are small)")
             return im.convert("RGB")
+    except HarnessError:
+        raise
     except Exception as err:  # noqa: BLE001
         raise HarnessError(
             f"cannot decode image ({err})", file=str(path), key_path=key, fix="store images as {bytes} or a path"

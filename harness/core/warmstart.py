@@ -3,7 +3,10 @@
 From random init a policy never writes ``<think>…</think>\\boxed{…}``, every reward is 0 and
 GRPO has no signal. The warm-start fine-tunes on demonstrations whose boxed answers are random
 valid choices, so afterwards the format is right and accuracy is at chance: GRPO still has to
-learn the task. The result is cached under the hash of everything that produced it, the core's source included.
+learn the task. The result is cached under the hash of everything that produced it, the core's source included:
+``<key>.safetensors`` (the weights; no pickle) and ``<key>.json`` (key, SHA-256 of the weights file, SFT losses),
+both written atomically under random temporary names. A cache entry is used only when its digest and every tensor's
+name, shape and dtype match; anything else is reported in one line and trained again.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +25,10 @@ from harness import __version__
 from harness.core.data import demo_response
 from harness.core.rollout import RolloutBatch
 from harness.core.update import sequence_logprobs
-from harness.jsonio import write_text_atomic
+from harness.errors import HarnessError
+from harness.jsonio import MiB, load_json_strict, read_bytes_limited, write_bytes_atomic, write_json_atomic
+
+CACHE_LIMIT = 4096 * MiB  # a warm start is for models small enough to train it on the spot
 
 if TYPE_CHECKING:
     from harness.core.trainer import GRPOTrainer
@@ -60,6 +67,29 @@ def cache_key(tr: GRPOTrainer) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:24]
 
 
+def load_cached(model: torch.nn.Module, path: Path, key: str, device: torch.device) -> None:
+    """Load a cache entry into ``model`` after checking its digest, names, shapes and dtypes (else HarnessError)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    meta = load_json_strict(path.with_suffix(".json"), 1 * MiB)
+    data = read_bytes_limited(path, CACHE_LIMIT, what="warm-start cache file")
+    if not isinstance(meta, dict) or meta.get("key") != key or meta.get("sha256") != hashlib.sha256(data).hexdigest():
+        raise HarnessError("the digest or key does not match the weights", file=str(path),
+                           fix="it is replaced by a fresh warm start")
+    try:
+        state = load(data)
+    except (SafetensorError, ValueError) as err:
+        raise HarnessError(f"unreadable ({err})", file=str(path), fix="it is replaced by a fresh warm start") from None
+    live = model.state_dict()
+    bad = sorted(set(live) ^ set(state)) or [k for k in live if (live[k].shape, live[k].dtype) !=
+                                              (state[k].shape, state[k].dtype)]
+    if bad:
+        raise HarnessError(f"does not match the model (tensor {bad[0]!r})", file=str(path),
+                           fix="it is replaced by a fresh warm start")
+    model.load_state_dict({k: v.to(device) for k, v in state.items()})
+
+
 def _demo_batch(tr: GRPOTrainer, rng: np.random.Generator, size: int) -> tuple[RolloutBatch, list[Any]]:
     picks = rng.integers(len(tr.loader.prompts), size=size)
     prompts = [tr.loader.prompts[int(i)] for i in picks]
@@ -84,14 +114,14 @@ def run_warm_start(tr: GRPOTrainer) -> dict[str, Any]:
     if not ws:
         return {}
     key = cache_key(tr)
-    path = cache_dir() / f"{key}.pt"
+    path = cache_dir() / f"{key}.safetensors"
     model = tr.models.actor
-    if path.is_file():
+    if path.exists() or path.with_suffix(".json").exists():
         try:
-            model.load_state_dict(torch.load(path, map_location=tr.device, weights_only=True))
+            load_cached(model, path, key, tr.device)
             return {"key": key, "cached": True, "path": str(path)}
-        except (RuntimeError, OSError, EOFError, ValueError):
-            pass  # unreadable cache entry: recompute and replace it
+        except HarnessError as err:
+            sys.stderr.write(f"notice: warm-start cache entry not used, training it again: {err.one_line()}\n")
     rng = np.random.default_rng([tr.seed, 7])
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ws["lr"], weight_decay=0.0,
                             foreach=False)
@@ -108,9 +138,10 @@ def run_warm_start(tr: GRPOTrainer) -> dict[str, Any]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss.detach()))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
-    os.replace(tmp, path)
-    write_text_atomic(path.with_suffix(".json"), json.dumps({"key": key, "losses": losses}) + "\n")
+    from safetensors.torch import save
+
+    data = save({k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, metadata={"key": key})
+    write_bytes_atomic(path, data)
+    write_json_atomic(path.with_suffix(".json"), {"key": key, "sha256": hashlib.sha256(data).hexdigest(),
+                                                  "losses": losses})
     return {"key": key, "cached": False, "path": str(path), "final_loss": losses[-1] if losses else None}

@@ -1,11 +1,16 @@
 """Run `python -m harness ...` inside a locked image, through the Docker SDK.
 
 The container is sealed: no network (``network_mode="none"``), a read-only root
-filesystem with tmpfs for ``/tmp`` and ``$HOME``, every capability dropped,
-``no-new-privileges``, memory and pid limits, and the non-root user 10001. Only
-two host paths are visible: the run directory (read-write at ``/run-dir``) and
-the recipes directory (read-only at ``/recipes``), plus any extra read-only
-mounts the caller names. The caller rewrites paths accordingly.
+filesystem with ``noexec`` tmpfs for ``/tmp`` and ``$HOME``, every capability dropped,
+``no-new-privileges``, memory, CPU and pid limits, an init process that reaps and
+forwards signals, and the non-root user 10001. Only two host paths are visible: the
+run directory (read-write at ``/run-dir``) and the recipe file (read-only at
+``/recipes/<name>``; not its folder), plus any extra read-only mounts the caller
+names. The caller rewrites paths accordingly.
+
+The run directory is made writable for the container user only when the container is
+about to start, and only a directory the harness has just created (empty): an existing
+directory is never chowned or re-moded, except that of a resumed run already prepared so.
 
 Accelerators: NVIDIA GPUs through a ``DeviceRequest`` (needs the NVIDIA container
 runtime on the host); Ascend NPUs through the davinci device nodes and the
@@ -17,6 +22,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -156,28 +162,47 @@ def image_info(image: str) -> dict[str, Any]:
 def _prepare_run_dir(run_dir: Path) -> list[int]:
     """Make ``run_dir`` writable for uid 10001; returns extra groups for the container user.
 
-    As root the (fresh) run directory is handed to 10001. Otherwise the owner keeps it, the
-    directory becomes group-writable and setgid, and the container user joins its group.
+    A new directory is created here, empty: as root it is handed to 10001 (that directory only,
+    nothing under it); otherwise its owner keeps it, it becomes group-writable and setgid, and the
+    container user joins its group. An existing directory is used only when it was prepared so
+    before (a resumed run) or, for a non-root user, when it is the user's own and empty; anything
+    else is refused, never chowned or re-moded.
     """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    st = run_dir.stat()
-    if st.st_uid == CONTAINER_UID:
-        return []
-    if os.geteuid() == 0:
-        for root, _dirs, files in os.walk(run_dir):
-            os.lchown(root, CONTAINER_UID, CONTAINER_GID)
-            for name in files:
-                os.lchown(os.path.join(root, name), CONTAINER_UID, CONTAINER_GID)
-        return []
     try:
-        os.chmod(run_dir, (st.st_mode & 0o7777) | 0o2070)
-    except PermissionError as err:
-        raise HarnessError(
-            f"cannot make {run_dir} writable for the container user {CONTAINER_UID}",
-            file=str(run_dir),
-            fix="use a run directory you own",
-        ) from err
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir(mode=0o755)
+        created = True
+    except FileExistsError:
+        created = False
+    except OSError as err:
+        raise HarnessError(f"cannot create the run directory ({err.strerror})", file=str(run_dir),
+                           fix="choose another --out") from None
+    st = os.lstat(run_dir)
+    if not stat.S_ISDIR(st.st_mode):
+        raise HarnessError("the run directory is not a directory (or is a symbolic link)", file=str(run_dir),
+                           fix="choose another --out")
+    prepared = st.st_uid == CONTAINER_UID or (st.st_uid == os.geteuid() and st.st_mode & 0o2070 == 0o2070)
+    if not created:
+        if prepared:
+            return [] if st.st_uid == CONTAINER_UID else [st.st_gid]
+        if os.geteuid() != 0 and st.st_uid == os.geteuid() and not any(os.scandir(run_dir)):
+            os.chmod(run_dir, (st.st_mode & 0o7777) | 0o2070)  # the user's own empty directory
+            return [st.st_gid]
+        raise HarnessError("an existing directory is not handed to the container user", file=str(run_dir),
+                           fix="give a new --out (the harness creates it)")
+    if os.geteuid() == 0:
+        os.lchown(run_dir, CONTAINER_UID, CONTAINER_GID)
+        return []
+    os.chmod(run_dir, (st.st_mode & 0o7777) | 0o2070)
     return [st.st_gid]
+
+
+def default_cpus() -> float:
+    """The CPU quota of a container: the cores this process may use."""
+    try:
+        return float(len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return float(os.cpu_count() or 1)
 
 
 def _device_options(devices: str, device_count: int) -> dict[str, Any]:
@@ -216,7 +241,7 @@ def container_options(
     image_id: str,
     lock_sha256: str,
     run_dir: Path,
-    recipes_dir: Path,
+    recipe_file: Path,
     mounts_ro: dict[Path, str] | None = None,
     devices: str = "cpu",
     device_count: int = 0,
@@ -224,15 +249,17 @@ def container_options(
     mem_limit: str = "8g",
     pids_limit: int = 512,
     shm_size: str = "1g",
+    cpus: float | None = None,
     group_add: list[int] | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments for ``containers.create`` that seal a harness container."""
     volumes: dict[str, dict[str, str]] = {
         str(Path(run_dir).resolve()): {"bind": RUN_DIR, "mode": "rw"},
-        str(Path(recipes_dir).resolve()): {"bind": RECIPES_DIR, "mode": "ro"},
+        str(Path(recipe_file).resolve()): {"bind": recipe_target(recipe_file), "mode": "ro"},
     }
     for host, inner in (mounts_ro or {}).items():
-        if inner in (RUN_DIR, RECIPES_DIR, "/", "/tmp", HOME_DIR) or not str(inner).startswith("/"):
+        if (inner in (RUN_DIR, RECIPES_DIR, "/", "/tmp", HOME_DIR) or not str(inner).startswith("/")
+                or str(inner).startswith(RECIPES_DIR + "/")):
             raise HarnessError(
                 f"read-only mount target {inner!r} is reserved or not absolute",
                 key_path="mounts_ro",
@@ -260,9 +287,11 @@ def container_options(
         "network_mode": "none",
         "read_only": True,
         "tmpfs": {
-            "/tmp": "rw,nosuid,nodev,size=2g,mode=1777",
-            HOME_DIR: f"rw,nosuid,nodev,size=512m,mode=0700,uid={CONTAINER_UID},gid={CONTAINER_GID}",
+            "/tmp": "rw,noexec,nosuid,nodev,size=2g,mode=1777",
+            HOME_DIR: f"rw,noexec,nosuid,nodev,size=512m,mode=0700,uid={CONTAINER_UID},gid={CONTAINER_GID}",
         },
+        "init": True,
+        "nano_cpus": int((cpus if cpus is not None else default_cpus()) * 1e9),
         "volumes": volumes,
         "working_dir": RUN_DIR,
         "cap_drop": ["ALL"],
@@ -280,18 +309,24 @@ def container_options(
     return options
 
 
-def run_in_docker(inner_args: list[str], *, image: str, run_dir: Path, recipes_dir: Path, **settings: Any) -> int:
+def recipe_target(recipe_file: Path) -> str:
+    """Where the recipe file is visible inside the container."""
+    return f"{RECIPES_DIR}/{Path(recipe_file).name}"
+
+
+def run_in_docker(inner_args: list[str], *, image: str, run_dir: Path, recipe_file: Path, **settings: Any) -> int:
     """Run ``python -m harness <inner_args>`` in ``image``; stream its output; return its exit code.
 
-    Paths inside ``inner_args`` must already be container paths (``/recipes/...``, ``/run-dir``).
+    Paths inside ``inner_args`` must already be container paths (:func:`recipe_target`, ``/run-dir``).
+    The run directory is prepared (:func:`_prepare_run_dir`) only after the daemon answered and the
+    image was checked, right before the container is created.
     ``settings`` are :func:`container_options`' (devices, device_count, env, mounts_ro, limits).
     The container is removed afterwards, whatever happened.
     """
     run_dir = Path(run_dir)
-    recipes_dir = Path(recipes_dir)
-    if not recipes_dir.is_dir():
-        raise HarnessError(f"recipes directory {recipes_dir} does not exist", file=str(recipes_dir))
-    group_add = _prepare_run_dir(run_dir)
+    recipe_file = Path(recipe_file)
+    if not recipe_file.is_file():
+        raise HarnessError("recipe file not found", file=str(recipe_file), fix="check the path")
     cli = client()
     container = None
     try:
@@ -308,8 +343,9 @@ def run_in_docker(inner_args: list[str], *, image: str, run_dir: Path, recipes_d
         if stale is not None:
             raise HarnessError(f"image {image}: {stale}", fix="rebuild it (`nox -s build-image -- cpu`, or cuda / "
                                "ascend) or run with --runtime local")
+        group_add = _prepare_run_dir(run_dir)
         options = container_options(image_id=img.id, lock_sha256=labels[LOCK_LABEL], run_dir=run_dir,
-                                    recipes_dir=recipes_dir, group_add=group_add, **settings)
+                                    recipe_file=recipe_file, group_add=group_add, **settings)
         # Every harness image's ENTRYPOINT runs `python -m harness` (Ascend's first sources CANN's env).
         container = cli.containers.create(img.id, command=[str(a) for a in inner_args], **options)
         try:

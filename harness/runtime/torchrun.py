@@ -23,7 +23,7 @@ from pathlib import Path
 
 from harness.checkpoint import interrupt_exit_code
 from harness.errors import EXIT_FINDINGS, HarnessError
-from harness.jsonio import load_json_strict, write_json_atomic
+from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
 from harness.recipe import Resolved
 from harness.record import MARKER, utc_now
 
@@ -149,7 +149,7 @@ def launch(res: Resolved, args: argparse.Namespace, run_dir: Path) -> None:
             error = summary if not seen or seen == summary else f"{summary}; rank 0 saw: {seen}"
             manifest.update(status="failed", finished_utc=manifest.get("finished_utc") or utc_now(), error=error)
             write_json_atomic(manifest_path, manifest)
-    (run_dir / MARKER).write_text("this run has not finished cleanly\n", encoding="utf-8")
+    write_text_atomic(run_dir / MARKER, "this run has not finished cleanly\n")
     raise HarnessError(f"distributed run failed: {summary}", file=str(run_dir),
                        fix="see the rank output above", exit_code=EXIT_FINDINGS)
 

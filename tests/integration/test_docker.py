@@ -50,7 +50,7 @@ PROBE = textwrap.dedent(
     out["cap_eff"] = status["CapEff"].strip()
     out["no_new_privs"] = status.get("NoNewPrivs", "").strip()
     out["env"] = {k: v for k, v in os.environ.items() if k.startswith("HARNESS_")}
-    out["recipe"] = open("/recipes/r.yaml").read()
+    out["recipe"] = open("/recipes/r.json").read()
     print("PROBE " + json.dumps(out))
     """
 )
@@ -71,8 +71,8 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
     run_dir = tmp_path / "run"
     recipes = tmp_path / "recipes"
     recipes.mkdir()
-    (recipes / "r.yaml").write_text("seed: 1\n")
-    return run_dir, recipes
+    (recipes / "r.json").write_text('{"seed": 1}\n')
+    return run_dir, recipes / "r.json"
 
 
 def _probe(image_id: str, run_dir: Path, recipes: Path, code: str = PROBE) -> tuple[dict, dict]:
@@ -80,7 +80,7 @@ def _probe(image_id: str, run_dir: Path, recipes: Path, code: str = PROBE) -> tu
     groups = rt._prepare_run_dir(run_dir)
     info = rt.image_info(IMAGE)
     opts = rt.container_options(image_id=image_id, lock_sha256=info["lock_sha256"], run_dir=run_dir,
-                                recipes_dir=recipes, group_add=groups)
+                                recipe_file=recipes, group_add=groups)
     cli = rt.client()
     container = cli.containers.create(image_id, entrypoint=["python", "-c", code], **opts)
     try:
@@ -137,7 +137,7 @@ def test_runtime_identity_in_env(image_id, dirs):
     assert report["env"]["HARNESS_IMAGE_ID"] == image_id == info["id"]
     assert report["env"]["HARNESS_LOCK_SHA256"] == info["lock_sha256"]
     assert len(info["lock_sha256"]) == 64
-    assert report["recipe"] == "seed: 1\n"
+    assert report["recipe"] == "{\"seed\": 1}\n"
 
 
 def test_image_labels(image_id):
@@ -151,9 +151,9 @@ def test_image_labels(image_id):
 
 def test_run_in_docker_streams_and_returns_exit_code(image_id, dirs, capfd):
     run_dir, recipes = dirs
-    assert rt.run_in_docker(["--version"], image=IMAGE, run_dir=run_dir, recipes_dir=recipes) == 0
+    assert rt.run_in_docker(["--version"], image=IMAGE, run_dir=run_dir, recipe_file=recipes) == 0
     assert "harness" in capfd.readouterr().out
-    code = rt.run_in_docker(["no-such-command"], image=IMAGE, run_dir=run_dir, recipes_dir=recipes)
+    code = rt.run_in_docker(["no-such-command"], image=IMAGE, run_dir=run_dir, recipe_file=recipes)
     assert code == 2
     cli = rt.client()
     try:

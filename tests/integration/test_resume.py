@@ -86,7 +86,7 @@ def _kill9(proc: subprocess.Popen) -> None:
 
 def _partial(run_dir: Path, step: int) -> bool:
     root = run_dir / "checkpoints"
-    return root.is_dir() and any(p.name.startswith(f"step-{step:06d}.tmp-") and (p / "extra-rank0.pt").is_file()
+    return root.is_dir() and any(p.name.startswith(f"step-{step:06d}.tmp-") and (p / "state-rank0.json").is_file()
                                  for p in root.iterdir())
 
 
@@ -155,4 +155,5 @@ def test_two_processes_resume_is_bitwise(tmp_path: Path) -> None:
     manifest = _manifest(Path(out["resumed"]))
     assert manifest["runtime"]["world_size"] == 2 and [r["from_step"] for r in manifest["resumes"]] == [2]
     ckpt = Path(out["resumed"]) / "checkpoints" / "step-000002"
-    assert {"extra-rank0.pt", "extra-rank1.pt", "__0_0.distcp", "__1_0.distcp"} <= {p.name for p in ckpt.iterdir()}
+    assert {f"state-rank{r}{ext}" for r in (0, 1) for ext in (".json", ".safetensors")} == {
+        p.name for p in ckpt.iterdir() if p.name.startswith("state-")}

@@ -63,7 +63,7 @@ def test_round_trip_continues_identically(tmp_path: Path) -> None:
     np.random.seed(5)
     path = _save(a, tmp_path, 3)
     assert sorted(p.name for p in path.iterdir()) == sorted(
-        [".metadata", "__0_0.distcp", "extra-rank0.pt", "trainer-state.json", "resolved-recipe.json",
+        ["state-rank0.safetensors", "state-rank0.json", "trainer-state.json", "resolved-recipe.json",
          "manifest.json", "COMPLETE"])
     assert not [p for p in path.parent.iterdir() if ".tmp-" in p.name]
     draws = (random.random(), np.random.rand(), torch.rand(1).item())
@@ -93,9 +93,9 @@ def test_prune_partial_and_newest(tmp_path: Path) -> None:
     root = tmp_path / ck.CKPT_DIR
     (root / "step-000008.tmp-abc").mkdir()  # a write killed before the rename
     (root / "step-000010").mkdir()  # no COMPLETE: never used
-    (root / "step-000010" / "__0_0.distcp").write_bytes(b"x")
+    (root / "step-000010" / "state-rank0.json").write_bytes(b"x")
     assert ck.newest_checkpoint(tmp_path)[0] == 6
-    assert not ck.auto_resumable(tmp_path)  # no manifest: not a run
+    assert not ck.auto_resumable(tmp_path, resolve("qwen3_vl_30b", "cpu", "smoke"))  # no manifest: not a run
     assert sorted(ck.clean_partial(tmp_path)) == ["step-000008.tmp-abc", "step-000010"]
     assert sorted(p.name for p in root.iterdir()) == ["step-000004", "step-000006"]
 
@@ -146,7 +146,8 @@ def test_resume_rules(tmp_path: Path, res) -> None:
     tr = _trainer(0)
     _save(tr, run, 3)
     (run / "checkpoints" / "step-000003" / "resolved-recipe.json").write_text(json.dumps(res.config))
-    assert ck.auto_resumable(run)
+    assert ck.auto_resumable(run, res)
+    assert not ck.auto_resumable(run, replace(res, name="qwen3_1_7b"))  # another recipe: never continued
     assert ck.plan_resume(run, res, [], 1).step == 3
     with pytest.raises(HarnessError, match="world size 1, this run has 2"):
         ck.plan_resume(run, res, [], 2)
@@ -171,6 +172,72 @@ def test_stop_signals_finish_the_step() -> None:
 
     before = signal.getsignal(signal.SIGTERM)
     with _StopSignals() as stop:
+        stop.arm()  # training has started
         os.kill(os.getpid(), signal.SIGTERM)  # handled: no exit, just a request
         assert stop.agreed(Dist()) == signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_signals_before_training_interrupt_a_blocking_read(tmp_path: Path) -> None:
+    import threading
+
+    from harness.runner import StoppedEarly, _StopSignals
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    with _StopSignals(), pytest.raises(StoppedEarly) as err:
+        timer.start()
+        with open(fifo, "rb") as fh:  # blocks: no writer
+            fh.read()
+    assert err.value.exit_code == 130 and "before training started" in str(err.value)
+
+
+class _Payload:
+    """Unpickling this creates a marker file: what a planted pickle would do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_planted_pickle_is_refused_never_loaded(tmp_path: Path, res) -> None:
+    import pickle
+
+    run = _run_dir(tmp_path / "run", res) if (tmp_path / "run").mkdir() is None else None
+    tr = _trainer(0)
+    path = _save(tr, run, 3)
+    (path / "resolved-recipe.json").write_text(json.dumps(res.config))
+    marker = tmp_path / "PWNED"
+    (path / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
+    with pytest.raises(HarnessError, match=r"unexpected file '\.metadata'") as err:
+        ck.plan_resume(run, res, [], 1)
+    with pytest.raises(HarnessError, match=r"unexpected file '\.metadata'"):
+        ck.load_checkpoint(_trainer(1), path)
+    assert "\n" not in str(err.value) and not marker.exists()
+    (path / ".metadata").unlink()
+    # the state files themselves hold no pickle: a pickle in their place is refused as corrupt
+    (path / "state-rank0.safetensors").write_bytes(pickle.dumps(_Payload(marker)))
+    with pytest.raises(HarnessError, match="corrupt training state"):
+        ck.load_checkpoint(_trainer(1), path)
+    assert not marker.exists()
+    (path / "state-rank0.safetensors").unlink()
+    os.symlink("/dev/zero", path / "state-rank0.safetensors")
+    with pytest.raises(HarnessError, match="not a regular file"):
+        ck.load_checkpoint(_trainer(1), path)
+
+
+def test_state_file_round_trips_exactly(tmp_path: Path) -> None:
+    from harness.statefile import load_state, save_state
+
+    w = torch.randn(3, 2)
+    state = {"a": [1, 2 ** 40, None, True, "x"], "b": (0.1, float("inf"), -0.0), "w": w, "tied": w,
+             "rng": torch.get_rng_state()}
+    save_state(state, tmp_path / "s")
+    back = load_state(tmp_path / "s")
+    assert back["a"] == state["a"] and back["b"][:2] == (0.1, float("inf")) and str(back["b"][2]) == "-0.0"
+    assert torch.equal(back["w"], w) and torch.equal(back["tied"], w) and torch.equal(back["rng"], state["rng"])
+    with pytest.raises(FileExistsError):  # never overwrites
+        save_state(state, tmp_path / "s")

@@ -13,6 +13,7 @@ from harness import baseline as B
 from harness import compare as C
 from harness import environment as E
 from harness import tiers as T
+from harness.errors import HarnessError
 from harness.jsonio import write_json_atomic
 from harness.schema import check, schema_errors
 from harness.schema_defs import all_schemas, render
@@ -440,7 +441,7 @@ def test_committed_baselines_pass_their_schema():
         B.load_baseline(path)
 
 
-def test_judge_refuses_a_broken_baseline_and_unfinished_runs(tmp_path, manifest):
+def test_judge_refuses_a_broken_baseline_and_unfinished_runs(tmp_path, manifest, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     write_json_atomic(run / "manifest.json", manifest)
@@ -450,7 +451,13 @@ def test_judge_refuses_a_broken_baseline_and_unfinished_runs(tmp_path, manifest)
     v = C.judge(run, None, baseline_path=bad)
     assert v.status == "refused" and "duplicate key" in v.reasons[0] and v.exit_code == 2
     assert schema_errors(json.loads((run / "verdict.json").read_text()), "verdict") == []
-    v = C.judge(run, None, baseline_path=tmp_path / "missing.json")
+    with pytest.raises(HarnessError, match="baseline file cannot be used") as err:  # named: a typo is bad input
+        C.judge(run, None, baseline_path=tmp_path / "missing.json")
+    assert err.value.exit_code == 2 and "\n" not in str(err.value)
+    with pytest.raises(HarnessError, match="not a regular file"):
+        C.judge(run, None, baseline_path=tmp_path)
+    monkeypatch.setattr(C, "default_path", lambda *a: tmp_path / "none-recorded.json")
+    v = C.judge(run, None)  # the recipe's own baseline not recorded yet: a notice, exit 0
     assert v.status == "no-baseline" and v.exit_code == 0 and "record-baseline" in v.summary_line()
     (run / "INCOMPLETE").write_text("")
     v = C.judge(run, None, baseline_path=bad)

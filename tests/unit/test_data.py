@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -345,3 +347,16 @@ def test_load_local_errors(tmp_path):
     other.write_text("a,b\n", encoding="utf-8")
     with pytest.raises(HarnessError, match="unsupported"):
         dt.load_local(other)
+
+
+def test_image_files_are_bounded(tmp_path: Path) -> None:
+    from PIL import Image
+
+    Image.new("1", (10_000, 10_000)).save(tmp_path / "huge.png")  # a few KB on disk, 10^8 pixels
+    os.mkfifo(tmp_path / "fifo.png")
+    for name, why in (("huge.png", "over the limit of"), ("fifo.png", "not a regular file")):
+        data = tmp_path / f"{name}.jsonl"
+        data.write_text(json.dumps({"problem": "<image>x", "answer": "1", "images": [name]}) + "\n")
+        with pytest.raises(HarnessError, match=why) as err:
+            dt.load_local(data)
+        assert "\n" not in str(err.value) and f"{name}.jsonl" in str(err.value)

@@ -252,15 +252,18 @@ def test_layer_tar_is_deterministic(tmp_path: Path):
 
 def test_container_options_seal_the_container(tmp_path: Path):
     opts = rt.container_options(image_id="sha256:" + "c" * 64, lock_sha256="d" * 64,
-                                run_dir=tmp_path / "run", recipes_dir=tmp_path,
-                                mounts_ro={tmp_path / "data": "/inputs/data"}, env={"SEED": "1"})
+                                run_dir=tmp_path / "run", recipe_file=tmp_path / "r.json",
+                                mounts_ro={tmp_path / "data": "/inputs/data"}, env={"SEED": "1"}, cpus=2)
     assert opts["network_mode"] == "none" and opts["read_only"] is True
     assert opts["user"] == "10001:10001" and opts["cap_drop"] == ["ALL"]
     assert opts["security_opt"] == ["no-new-privileges"]
     assert opts["pids_limit"] == 512 and opts["mem_limit"] == "8g"
     assert set(opts["tmpfs"]) == {"/tmp", rt.HOME_DIR}
+    assert all("noexec" in o.split(",") and "nosuid" in o.split(",") for o in opts["tmpfs"].values())
+    assert opts["init"] is True and opts["nano_cpus"] == 2_000_000_000
     binds = {v["bind"]: v["mode"] for v in opts["volumes"].values()}
-    assert binds == {"/run-dir": "rw", "/recipes": "ro", "/inputs/data": "ro"}
+    assert binds == {"/run-dir": "rw", "/recipes/r.json": "ro", "/inputs/data": "ro"}  # the file, not its folder
+    assert str((tmp_path / "r.json").resolve()) in opts["volumes"] and str(tmp_path) not in opts["volumes"]
     env = opts["environment"]
     assert env["HARNESS_RUNTIME"] == "docker" and env["HARNESS_LOCK_SHA256"] == "d" * 64
     assert env["HARNESS_IMAGE_ID"] == "sha256:" + "c" * 64 and env["SEED"] == "1"
@@ -268,29 +271,29 @@ def test_container_options_seal_the_container(tmp_path: Path):
 
 
 def test_container_options_devices(tmp_path: Path):
-    gpu = rt.container_options(image_id="i", lock_sha256="l", run_dir=tmp_path, recipes_dir=tmp_path,
+    gpu = rt.container_options(image_id="i", lock_sha256="l", run_dir=tmp_path, recipe_file=tmp_path / "r.json",
                                devices="cuda", device_count=2)
     (req,) = gpu["device_requests"]
     assert req["Count"] == 2 and req["Capabilities"] == [["gpu"]]
     if not os.path.exists("/dev/davinci_manager"):
         with pytest.raises(HarnessError, match="Ascend device or driver path missing"):
-            rt.container_options(image_id="i", lock_sha256="l", run_dir=tmp_path, recipes_dir=tmp_path,
+            rt.container_options(image_id="i", lock_sha256="l", run_dir=tmp_path, recipe_file=tmp_path / "r.json",
                                  devices="npu", device_count=1)
     with pytest.raises(HarnessError, match="unknown device kind"):
-        rt.container_options(image_id="i", lock_sha256="l", run_dir=tmp_path, recipes_dir=tmp_path,
+        rt.container_options(image_id="i", lock_sha256="l", run_dir=tmp_path, recipe_file=tmp_path / "r.json",
                              devices="tpu")
 
 
-@pytest.mark.parametrize("target", ["/run-dir", "/recipes", "/", "relative"])
+@pytest.mark.parametrize("target", ["/run-dir", "/recipes", "/recipes/r.json", "/", "relative"])
 def test_reserved_mount_targets_are_refused(tmp_path: Path, target: str):
     with pytest.raises(HarnessError, match="reserved or not absolute"):
-        rt.container_options(image_id="i", lock_sha256="l", run_dir=tmp_path, recipes_dir=tmp_path,
+        rt.container_options(image_id="i", lock_sha256="l", run_dir=tmp_path, recipe_file=tmp_path / "r.json",
                              mounts_ro={tmp_path: target})
 
 
 def test_runtime_env_cannot_be_overridden(tmp_path: Path):
     with pytest.raises(HarnessError, match="set by the runtime"):
-        rt.container_options(image_id="i", lock_sha256="l", run_dir=tmp_path, recipes_dir=tmp_path,
+        rt.container_options(image_id="i", lock_sha256="l", run_dir=tmp_path, recipe_file=tmp_path / "r.json",
                              env={"HARNESS_IMAGE_ID": "forged"})
 
 
@@ -310,12 +313,18 @@ def test_build_image_command_parses():
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand the directory to uid 10001")
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
 def test_run_dir_is_handed_to_the_container_user(tmp_path: Path):
     run = tmp_path / "run"
-    (run / "sub").mkdir(parents=True)
-    (run / "sub" / "f").write_text("x")
-    assert rt._prepare_run_dir(run) == []
-    assert {p.stat().st_uid for p in (run, run / "sub", run / "sub" / "f")} == {rt.CONTAINER_UID}
+    assert rt._prepare_run_dir(run) == []  # new: created, then handed over
+    assert run.stat().st_uid == rt.CONTAINER_UID
+    assert rt._prepare_run_dir(run) == []  # a resume of that run: already the container user's
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "sub" / "f").write_text("x")
+    with pytest.raises(HarnessError, match="not handed to the container user"):
+        rt._prepare_run_dir(mine)
+    assert {p.stat().st_uid for p in (mine, mine / "sub", mine / "sub" / "f")} == {0}
 
 
 def test_run_dir_for_a_non_root_caller_is_shared_through_its_group(tmp_path: Path, monkeypatch):
@@ -347,3 +356,36 @@ def test_source_digest_names_a_stale_image(tmp_path: Path) -> None:
         assert "other sources" in (stale_reason({SOURCE_LABEL: digest}, tmp_path) or ""), rel
         (tmp_path / rel).write_text(before)
     assert "no io.harness.source-sha256 label" in (stale_reason({}, tmp_path) or "")
+
+
+def test_run_dir_is_prepared_only_when_new_or_own_and_empty(tmp_path: Path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(rt.os, "lchown", lambda *a: calls.append(a))
+    new = tmp_path / "new"
+    groups = rt._prepare_run_dir(new)
+    assert new.is_dir() and not any(new.iterdir())
+    if os.geteuid() == 0:
+        assert calls == [(new, rt.CONTAINER_UID, rt.CONTAINER_GID)] and groups == []
+    else:
+        assert groups == [new.stat().st_gid] and new.stat().st_mode & 0o2070 == 0o2070
+    calls.clear()
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("mine")
+    mode = full.stat().st_mode
+    with pytest.raises(HarnessError, match="not handed to the container user"):
+        rt._prepare_run_dir(full)
+    assert calls == [] and full.stat().st_mode == mode and (full / "keep.txt").stat().st_uid == os.geteuid()
+    os.symlink(full, tmp_path / "link")
+    with pytest.raises(HarnessError, match="symbolic link|not handed"):
+        rt._prepare_run_dir(tmp_path / "link")
+    assert calls == []
+
+
+def test_run_in_docker_touches_nothing_without_a_daemon(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    recipe = tmp_path / "r.json"
+    recipe.write_text("{}")
+    with pytest.raises(HarnessError, match="no Docker daemon"):
+        rt.run_in_docker(["--version"], image="harness-cpu:0.1.0", run_dir=tmp_path / "run", recipe_file=recipe)
+    assert not (tmp_path / "run").exists()

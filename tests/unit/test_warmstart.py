@@ -39,3 +39,39 @@ def test_fingerprint_covers_every_core_module(tmp_path, monkeypatch: pytest.Monk
     first = warmstart.code_fingerprint()
     (core / "update.py").write_text("b = 2\n")
     assert warmstart.code_fingerprint() != first
+
+
+def test_cache_entries_are_verified_and_never_unpickled(tmp_path) -> None:
+    import hashlib
+    import json
+    import pickle
+
+    from safetensors.torch import save
+
+    from harness.errors import HarnessError
+
+    model = torch.nn.Linear(3, 2)
+    path = tmp_path / "k.safetensors"
+    data = save({k: v.detach().clone() for k, v in model.state_dict().items()}, metadata={"key": "k"})
+    path.write_bytes(data)
+    (tmp_path / "k.json").write_text(json.dumps({"key": "k", "sha256": hashlib.sha256(data).hexdigest()}))
+    other = torch.nn.Linear(3, 2)
+    warmstart.load_cached(other, path, "k", torch.device("cpu"))
+    assert torch.equal(other.weight, model.weight)
+    with pytest.raises(HarnessError, match="does not match the model"):
+        warmstart.load_cached(torch.nn.Linear(3, 4), path, "k", torch.device("cpu"))
+    marker = tmp_path / "PWNED"
+
+    class Payload:
+        def __reduce__(self):
+            return (marker.touch, ())
+
+    path.write_bytes(pickle.dumps(Payload()))
+    with pytest.raises(HarnessError, match="digest or key does not match") as err:
+        warmstart.load_cached(other, path, "k", torch.device("cpu"))
+    assert "\n" not in str(err.value) and not marker.exists()
+    bad = pickle.dumps(Payload())
+    (tmp_path / "k.json").write_text(json.dumps({"key": "k", "sha256": hashlib.sha256(bad).hexdigest()}))
+    with pytest.raises(HarnessError, match="unreadable"):  # digest matches, content is no safetensors file
+        warmstart.load_cached(other, path, "k", torch.device("cpu"))
+    assert not marker.exists()
