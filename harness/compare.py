@@ -33,7 +33,7 @@ from typing import Any
 
 from harness import environment
 from harness.baseline import default_path, file_sha256, load_baseline, load_series
-from harness.tiers import TIER_ORDER, TIERS, Check, Context, evaluate, fmt
+from harness.tiers import TIER_ORDER, TIERS, Check, Context, bitwise_equal, evaluate, fmt  # noqa: F401 (re-exported)
 from harness.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.record import MARKER, utc_now
