@@ -244,6 +244,7 @@ def render_html(doc: dict[str, Any]) -> str:
             f"<h2>Checks</h2><table><tr><th>Entry</th><th>Check</th><th>Outcome</th><th>Value</th><th>Limit</th>"
             f"<th>Unit</th><th>Detail</th></tr>{checks}</table>"
             f"<h2>Suite notes</h2><p><code>{e(doc['suite']['path'])}</code></p><ul>{notes}</ul>"
-            f"<h2>Digests (SHA-256)</h2><p>Verify with <code>harness verify-certificate {CERT_FILE}</code> "
+            f"<h2>Digests (SHA-256)</h2><p>Verify with <code>harness verify-certificate {CERT_FILE} --pubkey "
+            f"signing-key.pub.pem</code> (the certifier's public key) "
             f"(inputs relative to the repository root, results to this directory).</p>"
             f"<table><tr><th></th><th>Role</th><th>File</th><th>SHA-256</th></tr>{digests}</table></body></html>\n")
