@@ -199,7 +199,8 @@ def test_forgery_with_recomputed_digests_fails_on_the_signature(work: Path, cert
     path = cert.parent / METRICS
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     for r in rows:
-        r["perf/throughput"] *= 100
+        if "perf/throughput" in r:
+            r["perf/throughput"] *= 100
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     run_dirs = [cert.parent / r for r in doc["entries"][0]["runs"]]
     doc["results"] = result_digests(cert.parent, [(ENTRY, run_dirs)])
