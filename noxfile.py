@@ -69,8 +69,8 @@ def build_image(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def certify(session: nox.Session) -> None:
-    """Certify this machine against a hardware profile: nox -s certify -- PROFILE [--image REF]."""
-    _harness(session, "certify", *session.posargs, usage="Usage: nox -s certify -- PROFILE [--image REF]")
+    """Certify this machine against a hardware profile: nox -s certify -- PROFILE --key KEY [--image REF]."""
+    _harness(session, "certify", *session.posargs, usage="Usage: nox -s certify -- PROFILE --key KEY [--image REF]")
 
 
 @nox.session(name="lint-verl", python=PYTHON)

@@ -51,21 +51,28 @@ def _child(cmd: list[str], run_dir: Path, what: str, progress: bool, env: dict[s
 
 
 def _seed_runs(primary: Any, profile: str, scale: str, seeds: int, steps: int | None, runs_dir: Path,
-               progress: bool, log: Callable[[str], None], first: int = 0) -> list[Path]:
+               progress: bool, log: Callable[[str], None], jobs: int = 1) -> list[Path]:
+    """One run per seed (``seed + k``), ``jobs`` at a time, each in its own process."""
+    import concurrent.futures as cf
+
     base_seed = int(primary.config["seed"])
-    dirs: list[Path] = []
-    for k in range(first, first + seeds):
-        run_dir = runs_dir / f"seed-{base_seed + k}"
+    dirs = [runs_dir / f"seed-{base_seed + k}" for k in range(seeds)]
+    for run_dir in dirs:
         if (run_dir / "manifest.json").exists():
             raise HarnessError("run directory already holds a run", file=str(run_dir), fix="choose another --runs-dir")
-        log(f"record-baseline: seed {base_seed + k} ({k - first + 1}/{seeds}) -> {run_dir}")
-        cmd = [str(primary.path), "--profile", profile, "--scale", scale, "--out", str(run_dir), "--runtime", "local",
+
+    def one(k: int) -> None:
+        log(f"record-baseline: seed {base_seed + k} ({k + 1}/{seeds}) -> {dirs[k]}")
+        cmd = [str(primary.path), "--profile", profile, "--scale", scale, "--out", str(dirs[k]), "--runtime", "local",
                "--stage", "train"]
         cmd += ["--steps", str(steps)] if steps else []
         cmd += ["--set", f"seed={base_seed + k}"] if k else []
-        cmd += [] if progress else ["--quiet"]
-        _child(cmd, run_dir, f"seed {base_seed + k} run", progress)
-        dirs.append(run_dir)
+        cmd += [] if progress and jobs == 1 else ["--quiet"]
+        _child(cmd, dirs[k], f"seed {base_seed + k} run", progress and jobs == 1)
+
+    with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for fut in [pool.submit(one, k) for k in range(seeds)]:
+            fut.result()
     return dirs
 
 
@@ -99,9 +106,13 @@ def _threads(doc: dict[str, Any]) -> tuple[int, int]:
 
 
 def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | None, out: Path, runs_dir: Path,
-           command: str, progress: bool = True, force: bool = False,
+           command: str, progress: bool = True, force: bool = False, jobs: int = 1,
            log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Seeded runs → baseline (with rollouts and replay noise), written to ``out`` at the very end."""
+    """Seeded runs → baseline (with rollouts and replay noise), written to ``out`` at the very end.
+
+    With ``jobs`` > 1 the seeds run concurrently and their throughput is not a solo run's: follow
+    with :func:`record_throughput` (``--throughput-only --force``) on an otherwise idle machine.
+    """
     from harness.core.replay import pack
     from harness.recipe import resolve
 
@@ -114,7 +125,7 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
         raise HarnessError("a baseline already exists", file=str(out),
                            fix="pass --force to replace it (review the diff before committing)")
     primary = resolve(recipe, profile, scale)
-    dirs = _seed_runs(primary, profile, scale, seeds, steps, runs_dir, progress, log)
+    dirs = _seed_runs(primary, profile, scale, seeds, steps, runs_dir, progress, log, jobs)
     doc = build_baseline(dirs, command=command)
     # the rollouts go beside a scratch copy first; the replay-noise run reads them from there
     scratch = runs_dir / out.name

@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.baseline import DEFAULT_POLICY, MEMORY_METRIC, THROUGHPUT_METRIC, is_timing, load_baseline, load_series
 from harness.baseline import quantile, steady
+from harness.attest import (load_public_key, open_certificate, sha256_regular, signature_problems,
+                            subject_problems)
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.paths import ROOT, SUITES_DIR
@@ -46,7 +49,8 @@ RESULT_FILES = (("manifest", "manifest.json"), ("metrics", "metrics.jsonl"), ("v
 
 # ----------------------------------------------------------------------------- files and digests
 def sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """SHA-256 of a regular file (streamed; a FIFO or device is refused, never read)."""
+    return sha256_regular(Path(path))
 
 
 def sha256_text(text: str) -> str:
@@ -283,6 +287,64 @@ def summarize(checks: list[dict[str, Any]]) -> tuple[dict[str, int], str]:
     return {"checks": len(checks), "failed": failed, "not_applicable": na}, ("fail" if failed else "pass")
 
 
+# ----------------------------------------------------------------------------- system under test
+def _kind(manifests: list[dict[str, Any]]) -> str:
+    kinds = [(m.get("runtime") or {}).get("kind") for m in manifests]
+    if any((m.get("runtime") or {}).get("image_id") for m in manifests):
+        return "docker"
+    return "torchrun" if "torchrun" in kinds else "local"
+
+
+def derive_system(profile: dict[str, Any], manifests: list[dict[str, Any]], image: str | None) -> dict[str, Any]:
+    """The certificate's ``system`` block: the machine, software and runtime the runs' manifests recorded
+    (the first run's; :func:`system_disagreements` requires the others to agree), plus the profile's
+    vendor, peak, nodes, interconnect and backend. ``image`` is the ``--image`` reference as given."""
+    first = manifests[0]
+    acc, mach, rt = profile["accelerator"], first.get("machine") or {}, first.get("runtime") or {}
+    software = dict(first.get("software") or {})
+    software.update(accelerator_driver=mach.get("driver"), accelerator_runtime=mach.get("runtime"))
+    kind = _kind(manifests)
+    return {
+        "accelerator": {"vendor": acc["vendor"], "model": mach.get("device_model"), "count": mach.get("device_count"),
+                        "memory_gb": mach.get("device_memory_gb"), "peak_bf16_tflops": acc["peak_bf16_tflops"]},
+        "nodes": profile["nodes"],
+        "host": {"cpu_cores": mach.get("cpu_cores"), "memory_gb": mach.get("host_memory_gb"),
+                 "hostname": mach.get("hostname")},
+        "interconnect": dict(profile["interconnect"]),
+        "collective_backend": profile["collective_backend"],
+        "software": {k: v for k, v in software.items() if v is None or isinstance(v, (str, int))},
+        "runtime": {"kind": kind, "image": image if kind == "docker" else None, "image_id": rt.get("image_id"),
+                    "lock_sha256": rt.get("lock_sha256")},
+    }
+
+
+def system_disagreements(manifests: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Runs whose recorded machine, software or container differ from the first run's."""
+    def key(m: dict[str, Any]) -> tuple[Any, ...]:
+        rt = m.get("runtime") or {}
+        return m.get("machine"), m.get("software"), rt.get("image_id"), rt.get("lock_sha256")
+
+    (first_name, first), out = manifests[0], []
+    for name, m in manifests[1:]:
+        for label, a, b in zip(("machine", "software", "image id", "lock"), key(first), key(m)):
+            if a != b:
+                out.append(f"{name} recorded another {label} than {first_name}")
+    return out
+
+
+def first_difference(recorded: Any, derived: Any, ptr: str = "") -> tuple[str, Any, Any] | None:
+    """(pointer, recorded, derived) of the first leaf where two JSON values differ; None when equal."""
+    if isinstance(recorded, dict) and isinstance(derived, dict):
+        for k in list(derived) + [k for k in recorded if k not in derived]:
+            if k not in recorded or k not in derived:
+                return f"{ptr}/{k}", recorded.get(k, "<absent>"), derived.get(k, "<absent>")
+            diff = first_difference(recorded[k], derived[k], f"{ptr}/{k}")
+            if diff:
+                return diff
+        return None
+    return None if _same(recorded, derived) and type(recorded) is type(derived) else (ptr, recorded, derived)
+
+
 # ----------------------------------------------------------------------------- digests
 def input_digests(root: Path, suite_file: Path, profile_file: Path, recipes: list[Path], baselines: list[Path],
                   image_id: str | None) -> list[dict[str, Any]]:
@@ -318,46 +380,79 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def verify(cert_path: Path, root: Path | None = None) -> list[str]:
-    """Every discrepancy as ``FILE::/pointer: message`` (empty = the certificate holds).
+@dataclass
+class Verification:
+    """What verify-certificate found: the problems (empty = contents hold) and how the file is signed."""
 
-    Raises HarnessError (exit 2) when the file is not a certificate at all.
+    problems: list[str]
+    doc: dict[str, Any]
+    signed: bool
+    keyids: list[str]
+    signature_checked: bool
+
+
+def verify(cert_path: Path, root: Path | None = None, pubkey: Path | None = None) -> Verification:
+    """Open a certificate (DSSE envelope or bare Statement) and list every discrepancy as
+    ``FILE::/pointer: message``: the signature against ``pubkey`` (when given), the subjects, every
+    digest, every re-derived check, the system block against the runs' manifests, summary and result.
+
+    Raises HarnessError (exit 2) when the file is not a certificate or a key is unreadable.
     """
     root = Path(root) if root else ROOT
     name = str(cert_path)
-    doc = load_json_strict(cert_path)
-    if not isinstance(doc, dict) or not {"inputs", "results", "checks"} <= set(doc):
-        raise HarnessError("not a certificate (a JSON object with inputs, results and checks)", file=name,
-                           fix="give the certificate.json written by `harness certify`")
+    opened = open_certificate(Path(cert_path))
+    key = load_public_key(pubkey) if pubkey is not None else None
     if not root.is_dir():
         raise HarnessError("repository root not found", file=str(root), key_path="--root", fix="give a checkout")
+    doc = opened.statement["predicate"]
+    problems = signature_problems(opened, key, name, str(pubkey)) if key is not None else []
+    result = Verification(problems, doc, opened.signed, opened.keyids, key is not None)
     errs = schema_errors(doc, "certificate")
     if errs:
-        return [f"{name}::{ptr}: certificate fails its schema: {msg} (fix: {fix})" for ptr, msg, fix in errs]
+        problems += [f"{name}::{ptr}: certificate fails its schema: {msg} (fix: {fix})" for ptr, msg, fix in errs]
+        return result
+    problems += subject_problems(opened, name)
     cert_dir = Path(cert_path).resolve().parent
-    problems: list[str] = []
-
-    def bad(ptr: str, msg: str) -> None:
-        problems.append(f"{name}::{ptr}: {msg}")
-
     for i, item in enumerate(doc["inputs"]):
         if item["path"] is None:
             if item["value"] is None or sha256_text(item["value"]) != item["sha256"]:
-                bad(f"/inputs/{i}", f"digest mismatch for the {item['role']} value {item['value']!r}")
-            continue
-        p = root / item["path"]
-        if not p.is_file():
-            bad(f"/inputs/{i}", f"missing file {item['path']} (under {root})")
-        elif sha256_file(p) != item["sha256"]:
-            bad(f"/inputs/{i}", f"digest mismatch for {item['path']}")
+                problems.append(f"{name}::/inputs/{i}: digest mismatch for the {item['role']} value {item['value']!r}")
+        else:
+            problems += _digest_problem(root, item["path"], item["sha256"], f"{name}::/inputs/{i}")
     for i, item in enumerate(doc["results"]):
-        p = cert_dir / item["path"]
-        if not p.is_file():
-            bad(f"/results/{i}", f"missing file {item['path']} (under {cert_dir})")
-        elif sha256_file(p) != item["sha256"]:
-            bad(f"/results/{i}", f"digest mismatch for {item['path']}")
+        problems += _digest_problem(cert_dir, item["path"], item["sha256"], f"{name}::/results/{i}")
     problems += _rederive(doc, root, cert_dir, name)
-    return problems
+    return result
+
+
+def _digest_problem(base: Path, path: str, want: str, where: str) -> list[str]:
+    if not (base / path).exists():
+        return [f"{where}: missing file {path} (under {base})"]
+    try:
+        got = sha256_file(base / path)
+    except HarnessError as err:
+        return [f"{where}: cannot digest {path}: {err.message}"]
+    return [] if got == want else [f"{where}: digest mismatch for {path}"]
+
+
+def _system_problems(doc: dict[str, Any], profile: dict[str, Any], cert_dir: Path, name: str) -> list[str]:
+    """The recorded system block against the one re-derived from the runs' (digested) manifests."""
+    manifests = []
+    for item in doc["results"]:
+        if item["role"] == "manifest":
+            try:
+                manifests.append((item["path"], load_json_strict(cert_dir / item["path"])))
+            except HarnessError as err:
+                return [f"{name}::/system: cannot re-derive it: {err.one_line()}"]
+    if not manifests:
+        return [f"{name}::/system: no run manifest to re-derive it from (no run started)"]
+    out = [f"{name}::/system: {d}" for d in system_disagreements(manifests)]
+    derived = derive_system(profile, [m for _, m in manifests], doc["system"]["runtime"]["image"])
+    diff = first_difference(doc["system"], derived, "/system")
+    if diff:
+        out.append(f"{name}::{diff[0]}: recorded {diff[1]!r}, but the runs' manifests (and the profile) say "
+                   f"{diff[2]!r}")
+    return out
 
 
 def _rederive(doc: dict[str, Any], root: Path, cert_dir: Path, name: str) -> list[str]:
@@ -374,6 +469,7 @@ def _rederive(doc: dict[str, Any], root: Path, cert_dir: Path, name: str) -> lis
         check(profile, "profile", doc["profile"]["path"])
     except HarnessError as err:
         return out + [f"{name}::/suite: cannot re-derive the checks: {err.one_line()}"]
+    out += _system_problems(doc, profile, cert_dir, name)
     by_id = {e["id"]: e for e in suite["entries"]}
     if [e["id"] for e in doc["entries"]] != list(by_id):
         out.append(f"{name}::/entries: entries {[e['id'] for e in doc['entries']]} differ from the suite's "

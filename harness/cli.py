@@ -28,8 +28,10 @@ COMMANDS: dict[str, str] = {
     "import-verl": "import_verl",
     "export-verl": "export_verl",
     "build-image": "build_image",
+    "keygen": "keygen",
     "certify": "certify",
     "verify-certificate": "verify_certificate",
+    "mlperf-check": "mlperf_check",
     "probe": "probe",
     "ckpt-resume": "ckpt_resume",
 }

@@ -4,6 +4,7 @@
 - ``metrics.jsonl`` — one JSON object per step (``{"step": k, "<metric>": value, …}``), flushed
   and fsynced per line; floats are written with ``repr`` precision (bitwise round trip).
 - ``manifest.json`` — what ran, where and how (schema ``manifest``), rewritten atomically.
+- ``mlperf.log`` — the same run as MLPerf Training log lines (:mod:`harness.mlperf`).
 - ``checkpoints/`` — resumable training state (see :mod:`harness.checkpoint`); a resumed run's
   ``metrics.jsonl`` is cut back to the checkpoint's step and continued, and its manifest lists
   each resume under ``resumes``.
@@ -25,6 +26,7 @@ from typing import Any
 from harness import __version__
 from harness.errors import HarnessError
 from harness.jsonio import MiB, load_json_strict, open_new, read_text_limited, write_json_atomic, write_text_atomic
+from harness.mlperf import MlperfLog
 from harness.paths import ROOT
 
 MARKER = "INCOMPLETE"
@@ -159,6 +161,7 @@ class RunRecord:
                          "error": None, **manifest}
         self.save()
         self.metrics = MetricsWriter(self.dir / "metrics.jsonl")
+        self.mlperf = MlperfLog(self.dir, self.manifest)
 
     @classmethod
     def resume(cls, run_dir: Path, *, from_step: int, entry: dict[str, Any], updates: dict[str, Any]) -> RunRecord:
@@ -173,6 +176,7 @@ class RunRecord:
         self.manifest.setdefault("resumes", []).append(entry)
         self.save()
         self.metrics = MetricsWriter(self.dir / "metrics.jsonl", append=True)
+        self.mlperf = MlperfLog(self.dir, self.manifest, resume_from=from_step)
         return self
 
     def save(self) -> None:
@@ -184,6 +188,7 @@ class RunRecord:
 
     def finish(self, status: str, error: str | None = None) -> None:
         self.metrics.close()
+        self.mlperf.finish(status)
         self.manifest.update(status=status, finished_utc=utc_now(), error=error)
         self.save()
         if status == "complete":

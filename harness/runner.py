@@ -237,6 +237,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                 val = trainer.validate(0)
                 if record is not None:
                     record.metrics.write(0, val)
+            if record is not None:
+                record.mlperf.run_start()
             stop.arm()
             for step in range(start + 1, total + 1):
                 metrics = trainer.step(step)
@@ -253,6 +255,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                     metrics.update(trainer.validate(step))
                 if record is not None:
                     record.metrics.write(step, metrics)
+                    record.mlperf.step(step, metrics)
                     record.manifest["steps"]["completed"] = step
                     if step == total or step % 5 == 0:
                         record.save()

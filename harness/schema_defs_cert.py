@@ -110,7 +110,9 @@ def certificate_schema() -> dict[str, Any]:
         "memory_gb": number("Memory per device in GB (host memory on cpu).", 0),
         "peak_bf16_tflops": number("Peak used for MFU (from the profile).", exclusive_min=0),
     })
-    system = obj("The system under test, MLPerf-style (machine probe + profile + run manifest).", {
+    system = obj("The system under test, MLPerf-style: machine, software and container as the runs' manifests "
+                 "recorded (every run must agree), vendor, peak, nodes, interconnect and backend from the profile. "
+                 "verify-certificate re-derives it.", {
         "accelerator": accel,
         "nodes": integer("Nodes (from the profile).", 1),
         "host": obj("Host side.", {
@@ -128,7 +130,8 @@ def certificate_schema() -> dict[str, Any]:
                                     "and runtime (CUDA / CANN) versions found."},
         "runtime": obj("How the suite ran.", {
             "kind": string("local, torchrun or docker.", enum=["local", "torchrun", "docker"]),
-            "image": string("Image reference given with --image; null outside a container.", nullable=True),
+            "image": string("Image reference given with --image (as typed; the image id is the bound value); null "
+                        "outside a container.", nullable=True),
             "image_id": string("Image id the runs used; null outside a container.", nullable=True),
             "lock_sha256": string("The image's requirements-lock hash; null outside a container.", nullable=True),
         }),

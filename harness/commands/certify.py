@@ -5,8 +5,12 @@ recipe, safety pre-flight, the live machine compared with the profile (device mo
 driver and CUDA / CANN versions) — any problem refuses here, before a run directory exists (exit 2;
 safety findings exit 1). Then each entry runs (twice with a determinism repeat) inside the pinned
 image with ``--image``, else in this process or under torchrun as the recipe's world size needs, and
-is judged (:mod:`harness.certify`). ``certificate.json`` and ``certificate.html`` are written into
-``--out``; exit 0 when every check passes, 1 otherwise.
+is judged (:mod:`harness.certify`). Written into ``--out``: ``certificate.json`` (an in-toto
+Statement in a DSSE envelope signed with ``--key``, or the bare Statement, UNSIGNED, without it;
+:mod:`harness.attest`), ``certificate.html`` and ``system-description.json`` (MLPerf's system
+description fields; :mod:`harness.mlperf`). The ``system`` block is derived from what the runs'
+manifests recorded, so verification can re-derive it. A ``--key`` that cannot be used refuses
+before anything runs. Exit 0 when every check passes, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.certify import (CERT_FILE, HTML_FILE, baseline_profile, entry_checks, input_digests, load_suite, rel,
-                             result_digests, summarize)
+from harness.attest import load_signer, sign, statement
+from harness.certify import (CERT_FILE, HTML_FILE, baseline_profile, derive_system, entry_checks, input_digests,
+                             load_suite, rel, result_digests, summarize, system_disagreements)
+from harness.mlperf import SYSTEM_DESC_FILE, system_description
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
 from harness.paths import PROFILES_DIR, ROOT
@@ -36,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image", help="run the suite inside this pinned container image (docker); default: this "
                    "process, or torchrun when a recipe needs several processes")
     p.add_argument("--out", type=Path, help="certificate directory (default: runs/certify-<profile>-<utc time>/)")
+    p.add_argument("--key", type=Path, help="sign the certificate with this ed25519 private key (`harness keygen`); "
+                   "without it the certificate is written UNSIGNED")
     p.add_argument("--quiet", action="store_true", help="no training progress output")
 
 
@@ -91,32 +99,14 @@ def _train(plan: dict[str, Any], run_dir: Path, runtime: str, image: str | None,
     train_stage(plan["res"], ns, run_dir, kind, img)
 
 
-def _system(profile: dict[str, Any], machine: Any, manifest: dict[str, Any] | None, runtime: str,
-            image: str | None, image_id: str | None) -> dict[str, Any]:
-    acc = profile["accelerator"]
-    mach = (manifest or {}).get("machine") or machine.as_dict()
-    software = dict((manifest or {}).get("software") or {})
-    software.update(accelerator_driver=mach.get("driver"), accelerator_runtime=mach.get("runtime"))
-    rt = (manifest or {}).get("runtime") or {}
-    return {
-        "accelerator": {"vendor": acc["vendor"], "model": machine.device_model, "count": machine.device_count,
-                        "memory_gb": machine.device_memory_gb, "peak_bf16_tflops": acc["peak_bf16_tflops"]},
-        "nodes": profile["nodes"],
-        "host": {"cpu_cores": machine.cpu_cores, "memory_gb": machine.host_memory_gb, "hostname": machine.hostname},
-        "interconnect": dict(profile["interconnect"]),
-        "collective_backend": profile["collective_backend"],
-        "software": {k: v for k, v in software.items() if v is None or isinstance(v, (str, int))},
-        "runtime": {"kind": runtime, "image": image, "image_id": rt.get("image_id") or image_id,
-                    "lock_sha256": rt.get("lock_sha256")},
-    }
-
-
 def _command(args: argparse.Namespace) -> str:
     parts = ["harness", "certify", args.profile]
     if args.image:
         parts += ["--image", args.image]
     if args.out:
         parts += ["--out", str(args.out)]
+    if args.key:
+        parts += ["--key", Path(args.key).name]
     return " ".join(parts)
 
 
@@ -127,6 +117,7 @@ def execute(args: argparse.Namespace) -> int:
     if os.environ.get("HARNESS_FAULT"):
         raise HarnessError("HARNESS_FAULT is set; a certificate must not be produced with a fault injected",
                            key_path="HARNESS_FAULT", fix="unset HARNESS_FAULT")
+    signer = load_signer(args.key) if args.key else None
     profile = load_profile(args.profile)
     suite_file, suite = load_suite(args.profile)
     machine = probe_machine()
@@ -136,7 +127,7 @@ def execute(args: argparse.Namespace) -> int:
                            f"{'es' if len(bad) > 1 else ''}): " + "; ".join(bad), key_path="PROFILE",
                            fix="certify on the profile's hardware and software (`harness probe` shows this machine)")
     plans = [_plan(e, profile) for e in suite["entries"]]
-    runtime, image, image_id = _runtime(args.image, plans)
+    runtime, image, _ = _runtime(args.image, plans)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out or Path("runs") / f"certify-{args.profile}-{stamp}")
     if (out / CERT_FILE).exists() or (out / "runs").exists():
@@ -144,7 +135,7 @@ def execute(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     checks: list[dict[str, Any]] = []
     entries, entry_runs = [], []
-    first_manifest: dict[str, Any] | None = None
+    manifests: list[tuple[str, dict[str, Any]]] = []
     for plan in plans:
         entry = plan["entry"]
         dirs = [out / "runs" / entry["id"] / f"run-{k + 1}" for k in range(plan["runs"])]
@@ -155,15 +146,22 @@ def execute(args: argparse.Namespace) -> int:
                 _train(plan, d, runtime, image, args.quiet)
             except HarnessError as err:  # a failed run fails its checks; the certificate says so
                 print(f"warning: {entry['id']} run {k + 1} failed: {err.one_line()}", file=sys.stderr)
-        if first_manifest is None and (dirs[0] / "manifest.json").is_file():
-            first_manifest = load_json_strict(dirs[0] / "manifest.json")
+        manifests += [(rel(d, out), load_json_strict(d / "manifest.json")) for d in dirs
+                      if (d / "manifest.json").is_file()]
         runs = [rel(d, out) for d in dirs]
         checks += entry_checks(entry, profile, plan["baseline"], dirs, runs, write=True)
         entries.append({"id": entry["id"], "recipe": entry["recipe"], "scale": entry["scale"], "steps": plan["steps"],
                         "reference_baseline": entry["numerics"]["reference_baseline"],
                         "tier": entry["numerics"]["tier"], "runs": runs})
         entry_runs.append((entry["id"], dirs))
-    system = _system(profile, machine, first_manifest, runtime, image, image_id)
+    if not manifests:
+        raise HarnessError("no run of the suite started, so there is nothing to certify", file=str(out),
+                           fix="read the warnings above", exit_code=EXIT_FINDINGS)
+    disagree = system_disagreements(manifests)
+    if disagree:
+        raise HarnessError("the runs did not all run on one system: " + "; ".join(disagree), file=str(out),
+                           fix="certify on one machine and software stack", exit_code=EXIT_FINDINGS)
+    system = derive_system(profile, [m for _, m in manifests], image)
     summary, result = summarize(checks)
     recipes = sorted({Path(p["res"].path).resolve() for p in plans})
     doc = {
@@ -178,13 +176,21 @@ def execute(args: argparse.Namespace) -> int:
         "results": result_digests(out, entry_runs), "summary": summary, "result": result,
     }
     check(doc, "certificate", str(out / CERT_FILE))
-    write_json_atomic(out / CERT_FILE, doc)
+    stmt = statement(doc)
+    write_json_atomic(out / CERT_FILE, sign(stmt, signer) if signer else stmt)
+    write_json_atomic(out / SYSTEM_DESC_FILE, system_description(doc))
     write_text_atomic(out / HTML_FILE, render_html(doc))
     for c in checks:
         print(f"  {c['outcome'].upper():>4}  {c['entry']}  {c['name']}: {c['detail']}")
     print(f"{result.upper()} certification of {args.profile}: {summary['checks'] - summary['failed']}/"
           f"{summary['checks']} checks passed ({summary['not_applicable']} not applicable); "
           f"certificate: {out / CERT_FILE}")
+    if signer:
+        print(f"signed with keyid {signer.public_key.keyid} ({args.key}); readers verify it with "
+              f"`harness verify-certificate {out / CERT_FILE} --pubkey <your signing-key.pub.pem>`")
+    else:
+        print(f"warning: the certificate is UNSIGNED: anyone can edit it and recompute its digests; sign it with "
+              f"--key (make a key with `harness keygen --out DIR`)", file=sys.stderr)
     return EXIT_OK if result == "pass" else EXIT_FINDINGS
 
 
@@ -238,6 +244,7 @@ def render_html(doc: dict[str, Any]) -> str:
             f"<h2>Checks</h2><table><tr><th>Entry</th><th>Check</th><th>Outcome</th><th>Value</th><th>Limit</th>"
             f"<th>Unit</th><th>Detail</th></tr>{checks}</table>"
             f"<h2>Suite notes</h2><p><code>{e(doc['suite']['path'])}</code></p><ul>{notes}</ul>"
-            f"<h2>Digests (SHA-256)</h2><p>Verify with <code>harness verify-certificate {CERT_FILE}</code> "
+            f"<h2>Digests (SHA-256)</h2><p>Verify with <code>harness verify-certificate {CERT_FILE} --pubkey "
+            f"signing-key.pub.pem</code> (the certifier's public key) "
             f"(inputs relative to the repository root, results to this directory).</p>"
             f"<table><tr><th></th><th>Role</th><th>File</th><th>SHA-256</th></tr>{digests}</table></body></html>\n")

@@ -30,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "model and thread count) to the existing baseline, from --seeds runs of the recipe's seed")
     p.add_argument("--steps", type=int, help="GRPO steps per run (default: the recipe's total)")
     p.add_argument("--force", action="store_true", help="replace an existing baseline")
+    p.add_argument("--jobs", type=int, default=1, help="seeds run at a time (default 1; with more, the throughput "
+                   "they record is contended: re-measure it with --throughput-only --force)")
     p.add_argument("--out", type=Path, help="baseline file (default: baselines/<recipe>/<profile>-<scale>.json)")
     p.add_argument("--runs-dir", type=Path, help="where the seeded runs go (default: runs/baseline-...)")
     p.add_argument("--quiet", action="store_true", help="no per-step progress")
@@ -62,7 +64,7 @@ def execute(args: argparse.Namespace) -> int:
               f"{ref['value']:,.0f} tok/s (spread {ref['relative_spread'] * 100:.1f}%)")
         return EXIT_OK
     doc = record(args.recipe, profile, args.scale, seeds=args.seeds, steps=args.steps, out=out, runs_dir=runs_dir,
-                 command=command, progress=not args.quiet, force=args.force,
+                 command=command, progress=not args.quiet, force=args.force, jobs=args.jobs,
                  log=log)
     tp = doc["throughput"]["references"][0]
     score = doc["metrics"].get("critic/score/mean", {}).get("values", [None])[-1]

@@ -1,11 +1,18 @@
-"""`harness verify-certificate FILE [--root REPO]`: prove a certificate still describes its files.
+"""`harness verify-certificate FILE --pubkey PUB [--root REPO]`: prove a certificate still describes its files.
 
-Validates the certificate against its schema, recomputes the SHA-256 of every input (relative to
-``--root``, default this checkout) and every result (relative to the certificate's directory),
-re-derives every check from the run directories, baselines, suite and profile, and the overall
-result from the checks. Each discrepancy is one line naming the certificate pointer and the file.
-Exit 0 when everything holds (whatever the certified result), 1 on any discrepancy (tampering),
-2 when FILE is not a readable certificate.
+Opens the certificate (a DSSE envelope holding an in-toto Statement, or a bare unsigned Statement;
+:mod:`harness.attest`), checks the signature against ``--pubkey``, the Statement's subjects
+against its digests, validates the certificate document against its schema, recomputes the
+SHA-256 of every input (relative to ``--root``, default this checkout) and every result (relative
+to the certificate's directory), re-derives the ``system`` block from the runs' manifests and every
+check from the run directories, baselines, suite and profile, and the overall result from the
+checks. Each discrepancy is one line naming the pointer (into the certificate document) and the file.
+
+Exit 0 only for ``VERIFIED``: signed, the signature checked with ``--pubkey``, everything holding
+(whatever the certified result). Exit 1 for any discrepancy, a signature by another key, an
+``UNSIGNED`` certificate (never verified, with or without ``--pubkey``) or a signed one whose
+signature was not checked (no ``--pubkey``). Exit 2 when FILE is not a readable certificate or the
+key is not a readable ed25519 public key.
 """
 
 from __future__ import annotations
@@ -15,26 +22,39 @@ from pathlib import Path
 
 from harness.errors import EXIT_FINDINGS, EXIT_OK
 
-HELP = "Verify a certificate: recompute every digest and re-derive every check and the overall result."
+HELP = "Verify a certificate: its signature, every digest, the system block and every re-derived check."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", type=Path, metavar="FILE", help="certificate.json written by `harness certify`")
+    p.add_argument("--pubkey", type=Path, metavar="PUB",
+                   help="the certifier's ed25519 public key (signing-key.pub.pem); without it the signature is not "
+                        "checked and the certificate is not VERIFIED")
     p.add_argument("--root", type=Path, help="repository checkout the inputs are relative to (default: this one)")
 
 
 def execute(args: argparse.Namespace) -> int:
     from harness.certify import verify
-    from harness.jsonio import load_json_strict
 
-    problems = verify(args.file, args.root)
-    for line in problems:
+    v = verify(args.file, args.root, args.pubkey)
+    for line in v.problems:
         print(line)
-    if problems:
-        print(f"TAMPERED {args.file}: {len(problems)} discrepanc{'ies' if len(problems) > 1 else 'y'}")
+    doc = v.doc
+    if v.problems:
+        print(f"FAILED {args.file}: {len(v.problems)} problem{'s' if len(v.problems) > 1 else ''}"
+              + ("" if v.signed else " (and the certificate is UNSIGNED)"))
         return EXIT_FINDINGS
-    doc = load_json_strict(args.file)
-    print(f"VERIFIED {args.file}: profile {doc['profile']['name']}, result {doc['result'].upper()} "
-          f"({doc['summary']['checks']} checks re-derived, {len(doc['inputs'])} inputs and "
-          f"{len(doc['results'])} results match their digests)")
+    holds = (f"profile {doc['profile']['name']}, result {doc['result'].upper()} ({doc['summary']['checks']} checks "
+             f"and the system block re-derived, {len(doc['inputs'])} inputs and {len(doc['results'])} results match "
+             f"their digests)")
+    if not v.signed:
+        print(f"UNSIGNED {args.file}: NOT verified. Its contents are consistent ({holds}), but no signature binds "
+              "them to a certifier: anyone can edit a result and recompute every digest. Ask for a certificate "
+              "signed with `harness certify --key` and the certifier's public key.")
+        return EXIT_FINDINGS
+    if not v.signature_checked:
+        print(f"UNVERIFIED {args.file}: signed by keyid {', '.join(v.keyids)}, but the signature was not checked "
+              f"({holds}) (fix: give --pubkey with the certifier's signing-key.pub.pem)")
+        return EXIT_FINDINGS
+    print(f"VERIFIED {args.file}: signed by keyid {', '.join(v.keyids)}; {holds}")
     return EXIT_OK

@@ -7,6 +7,7 @@ training). A profile this machine does not match is refused before anything runs
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from harness.attest import load_signer, open_certificate, sign, statement
 from harness.jsonio import load_json_strict
 from harness.schema import schema_errors
 
@@ -43,13 +45,22 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def certified(work: Path) -> dict[str, Any]:
+def keys(work: Path) -> dict[str, Path]:
+    assert harness(work, "keygen", "--out", str(work / "keys")).returncode == 0
+    assert harness(work, "keygen", "--out", str(work / "other")).returncode == 0
+    return {"key": work / "keys" / "signing-key.pem", "pub": work / "keys" / "signing-key.pub.pem",
+            "other": work / "other" / "signing-key.pem", "other_pub": work / "other" / "signing-key.pub.pem"}
+
+
+@pytest.fixture(scope="module")
+def certified(work: Path, keys: dict[str, Path]) -> dict[str, Any]:
     out = work / "cert"
     t0 = time.monotonic()
-    proc = harness(work, "certify", "cpu", "--out", str(out), "--quiet")
+    proc = harness(work, "certify", "cpu", "--out", str(out), "--quiet", "--key", str(keys["key"]))
     print(f"certify cpu: {time.monotonic() - t0:.0f} s")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {"proc": proc, "dir": out, "doc": load_json_strict(out / "certificate.json")}
+    return {"proc": proc, "dir": out, "doc": open_certificate(out / "certificate.json").statement["predicate"],
+            "keys": keys}
 
 
 def copy_cert(certified: dict[str, Any], dest: Path) -> Path:
@@ -66,8 +77,14 @@ def copy_root(doc: dict[str, Any], dest: Path) -> Path:
     return dest
 
 
-def verify(work: Path, cert: Path, root: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return harness(work, "verify-certificate", str(cert), *(["--root", str(root)] if root else []))
+def verify(work: Path, cert: Path, root: Path | None = None, pub: Path | None = None) -> subprocess.CompletedProcess[str]:
+    pub = pub or work / "keys" / "signing-key.pub.pem"
+    return harness(work, "verify-certificate", str(cert), "--pubkey", str(pub), *(["--root", str(root)] if root else []))
+
+
+def resign(cert: Path, doc: dict[str, Any], key: Path) -> None:
+    """Write ``doc`` as the certificate, signed with ``key`` (a certifier re-issuing it)."""
+    cert.write_text(json.dumps(sign(statement(doc), load_signer(key))))
 
 
 # ----------------------------------------------------------------------------- the certificate
@@ -99,13 +116,18 @@ def test_certificate_structure(certified: dict[str, Any]) -> None:
     assert not any(p.startswith("/") for p in results | {i["path"] or "" for i in doc["inputs"]})
     html = (out / "certificate.html").read_text()
     assert "PASS" in html and "determinism" in html
-    assert "PASS certification of cpu" in certified["proc"].stdout
+    assert "PASS certification of cpu" in certified["proc"].stdout and "signed with keyid" in certified["proc"].stdout
+    env = load_json_strict(out / "certificate.json")
+    assert env["payloadType"] == "application/vnd.in-toto+json" and len(env["signatures"]) == 1
+    desc = load_json_strict(out / "system-description.json")
+    assert desc["accelerators_per_node"] == sysd["accelerator"]["count"] and desc["system_name"] == "cpu"
+    assert (out / "runs" / ENTRY / "run-1" / "mlperf.log").is_file()
 
 
 def test_verify_accepts_the_certificate_here_and_elsewhere(work: Path, certified: dict[str, Any]) -> None:
     proc = verify(work, certified["dir"] / "certificate.json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("VERIFIED") and "result PASS" in proc.stdout
+    assert proc.stdout.startswith("VERIFIED") and "result PASS" in proc.stdout and "signed by keyid" in proc.stdout
     # moved: another directory for the certificate, another checkout holding only its inputs
     cert = copy_cert(certified, work / "moved" / "cert")
     root = copy_root(certified["doc"], work / "moved" / "root")
@@ -148,15 +170,15 @@ def test_edited_recipe_is_named(work: Path, certified: dict[str, Any]) -> None:
 
 def test_result_contradicting_a_check_is_tampering(work: Path, certified: dict[str, Any]) -> None:
     cert = copy_cert(certified, work / "t-result")
-    doc = load_json_strict(cert)
+    doc = json.loads(json.dumps(certified["doc"]))
     doc["checks"][1]["value"] = doc["checks"][1]["threshold"] / 2  # throughput below its floor ...
-    cert.write_text(json.dumps(doc, indent=2))  # ... while outcome and result still say pass
+    resign(cert, doc, certified["keys"]["key"])  # ... while outcome and result still say pass
     proc = verify(work, cert)
     assert proc.returncode == 1
     assert "certificate.json::/checks/1/value" in proc.stdout and "/checks/1/outcome" in proc.stdout
-    doc = load_json_strict(certified["dir"] / "certificate.json")
+    doc = json.loads(json.dumps(certified["doc"]))
     doc["result"] = "fail"
-    cert.write_text(json.dumps(doc, indent=2))
+    resign(cert, doc, certified["keys"]["key"])
     proc = verify(work, cert)
     assert proc.returncode == 1 and "certificate.json::/result: 'fail' contradicts the checks" in proc.stdout
 
@@ -165,6 +187,65 @@ def test_not_a_certificate_is_bad_input(work: Path, certified: dict[str, Any]) -
     proc = verify(work, certified["dir"] / "runs" / ENTRY / "run-1" / "manifest.json")
     assert proc.returncode == 2 and "not a certificate" in proc.stderr
     assert verify(work, work / "missing.json").returncode == 2
+
+
+def test_forgery_with_recomputed_digests_fails_on_the_signature(work: Path, certified: dict[str, Any]) -> None:
+    """The review's forgery: edit results, recompute digests and checks with the harness's functions."""
+    from harness.certify import entry_checks, result_digests, summarize
+    from harness.paths import ROOT as HROOT
+
+    cert = copy_cert(certified, work / "t-forge")
+    doc = json.loads(json.dumps(certified["doc"]))
+    path = cert.parent / METRICS
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in rows:
+        if "perf/throughput" in r:
+            r["perf/throughput"] *= 100
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_dirs = [cert.parent / r for r in doc["entries"][0]["runs"]]
+    doc["results"] = result_digests(cert.parent, [(ENTRY, run_dirs)])
+    from harness.certify import load_suite_file
+
+    suite = load_suite_file(HROOT / doc["suite"]["path"], "cpu")
+    doc["checks"] = entry_checks(suite["entries"][0], load_json_strict(HROOT / doc["profile"]["path"]),
+                                 HROOT / BASELINE, run_dirs, doc["entries"][0]["runs"], write=False)
+    doc["summary"], doc["result"] = summarize(doc["checks"])
+    env = load_json_strict(cert)
+    env["payload"] = base64.b64encode(json.dumps(statement(doc)).encode()).decode()  # old signature kept
+    cert.write_text(json.dumps(env))
+    proc = verify(work, cert)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "does not match the payload: the certificate was changed after it was signed" in proc.stdout
+    assert proc.stdout.count("\n") == 2 and proc.stdout.splitlines()[-1].startswith("FAILED")
+
+
+def test_signed_by_another_key_names_the_key(work: Path, certified: dict[str, Any]) -> None:
+    cert = copy_cert(certified, work / "t-otherkey")
+    resign(cert, certified["doc"], certified["keys"]["other"])
+    other_id = load_signer(certified["keys"]["other"]).public_key.keyid
+    proc = verify(work, cert)
+    assert proc.returncode == 1 and f"signed by keyid {other_id}, not by the key in" in proc.stdout
+    assert verify(work, cert, pub=certified["keys"]["other_pub"]).returncode == 0
+
+
+def test_system_block_must_match_the_manifests(work: Path, certified: dict[str, Any]) -> None:
+    cert = copy_cert(certified, work / "t-system")
+    doc = json.loads(json.dumps(certified["doc"]))
+    doc["system"]["accelerator"].update(count=8, model="NVIDIA H200")
+    resign(cert, doc, certified["keys"]["key"])  # even signed by the certifier's own key
+    proc = verify(work, cert)
+    assert proc.returncode == 1 and "certificate.json::/system/accelerator/model: recorded 'NVIDIA H200'" in proc.stdout
+
+
+def test_unsigned_is_never_verified(work: Path, certified: dict[str, Any]) -> None:
+    cert = copy_cert(certified, work / "t-unsigned")
+    cert.write_text(json.dumps(statement(certified["doc"])))
+    proc = verify(work, cert)
+    assert proc.returncode == 1 and "UNSIGNED" in proc.stdout and "VERIFIED" not in proc.stdout.replace("UNVERIFIED", "")
+    proc = harness(work, "verify-certificate", str(cert))
+    assert proc.returncode == 1 and proc.stdout.startswith("UNSIGNED") and "NOT verified" in proc.stdout
+    proc = harness(work, "verify-certificate", str(certified["dir"] / "certificate.json"))
+    assert proc.returncode == 1 and proc.stdout.startswith("UNVERIFIED") and "--pubkey" in proc.stdout
 
 
 # ----------------------------------------------------------------------------- refusal

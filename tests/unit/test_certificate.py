@@ -138,9 +138,32 @@ def test_verify_bad_input_and_schema(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match="not a certificate") as err:
         C.verify(p)
     assert err.value.exit_code == 2
-    p.write_text(json.dumps({"inputs": [], "results": [], "checks": []}))
-    problems = C.verify(p)
-    assert problems and all(x.startswith(f"{p}::") and "fails its schema" in x for x in problems)
+    from harness.attest import statement
+
+    p.write_text(json.dumps(statement({"inputs": [], "results": [], "checks": []})))
+    v = C.verify(p)
+    assert v.problems and all(x.startswith(f"{p}::") and "fails its schema" in x for x in v.problems)
+    assert not v.signed and not v.signature_checked
+
+
+def test_system_is_derived_from_the_manifests() -> None:
+    prof = load_profile("cpu")
+    mach = {"device_model": "x86_64", "device_count": 1, "device_memory_gb": 8.0, "driver": None, "runtime": None,
+            "cpu_cores": 2, "host_memory_gb": 23.4, "hostname": "h"}
+    m = {"machine": mach, "software": {"torch": "2.13.0", "threads": 2, "cudnn": None},
+         "runtime": {"kind": "local", "image_id": None, "lock_sha256": None}}
+    s = C.derive_system(prof, [m], "ignored-outside-docker")
+    assert s["accelerator"] == {"vendor": "none", "model": "x86_64", "count": 1, "memory_gb": 8.0,
+                                "peak_bf16_tflops": 1.0}
+    assert s["runtime"] == {"kind": "local", "image": None, "image_id": None, "lock_sha256": None}
+    assert s["software"]["accelerator_driver"] is None and s["host"]["memory_gb"] == 23.4
+    docker = {**m, "runtime": {"kind": "torchrun", "image_id": "sha256:i", "lock_sha256": "l"}}
+    assert C.derive_system(prof, [docker], "harness-cpu:0.1.0")["runtime"]["kind"] == "docker"
+    other = {**m, "machine": {**mach, "device_count": 8}}
+    assert C.system_disagreements([("a", m), ("b", other)]) == ["b recorded another machine than a"]
+    forged = {**s, "accelerator": {**s["accelerator"], "count": 8}}
+    assert C.first_difference(forged, s, "/system") == ("/system/accelerator/count", 8, 1)
+    assert C.first_difference(s, s) is None
 
 
 def test_relative_paths_stay_inside(tmp_path: Path) -> None:

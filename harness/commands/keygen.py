@@ -1,0 +1,30 @@
+"""`harness keygen --out DIR [--force]`: an ed25519 key pair for signing certificates.
+
+Writes ``DIR/signing-key.pem`` (the private key, PKCS#8 PEM, created mode 0600) and
+``DIR/signing-key.pub.pem`` (the public key to publish), and prints the keyid that signed
+certificates carry. An existing key is never overwritten without ``--force``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.errors import EXIT_OK
+
+HELP = "Make an ed25519 key pair for signing certificates (harness certify --key)."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory for the key pair")
+    p.add_argument("--force", action="store_true", help="replace a key pair already in DIR")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from harness.attest import keygen
+
+    priv, pub, keyid = keygen(args.out, force=args.force)
+    print(f"private key: {priv} (mode 0600; keep it secret: `harness certify PROFILE --key {priv}`)")
+    print(f"public key:  {pub} (publish it; readers run `harness verify-certificate FILE --pubkey {pub.name}`)")
+    print(f"keyid:       {keyid}")
+    return EXIT_OK

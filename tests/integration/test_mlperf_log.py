@@ -1,0 +1,37 @@
+"""A smoke run's mlperf.log passes mlperf-logging's compliance checker; without a required key it fails naming it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def harness(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_FAULT"}
+    env.update(PYTHONPATH=str(ROOT), HARNESS_CACHE=str(cwd / "cache"))
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=900,
+                          env=env, cwd=cwd)
+
+
+def test_smoke_run_log_is_compliant(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = harness(tmp_path, "run", "qwen3_1_7b", "--profile", "cpu", "--runtime", "local", "--steps", "10",
+                   "--out", str(run), "--quiet")
+    assert (run / "mlperf.log").is_file(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = harness(tmp_path, "mlperf-check", str(run))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "INFO - SUCCESS" in proc.stdout and "closed_grpo_qwen3_1_7b_smoke.yaml" in proc.stdout
+    cut = tmp_path / "cut" / "mlperf.log"
+    cut.parent.mkdir()
+    cut.write_text("".join(ln for ln in (run / "mlperf.log").read_text().splitlines(keepends=True)
+                           if '"key": "global_batch_size"' not in ln))
+    proc = harness(tmp_path, "mlperf-check", str(cut.parent))
+    assert proc.returncode == 1 and "Required EXACTLY_ONE occurrence of 'global_batch_size'" in proc.stdout
+    assert "FAILED" in proc.stdout
