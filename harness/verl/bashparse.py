@@ -417,7 +417,7 @@ def _same(a: Var | None, b: Var | None) -> bool:
         return a is b
     ea, eb = a.elements(), b.elements()
     return (a.array is None) == (b.array is None) and len(ea) == len(eb) and all(
-        text_of(x) == text_of(y) and unknowns(x) == unknowns(y) for x, y in zip(ea, eb))
+        _same_field(x, y) for x, y in zip(ea, eb))
 
 
 def _merge(base: Shell, results: list[Shell], at: int) -> Shell:
@@ -431,10 +431,23 @@ def _merge(base: Shell, results: list[Shell], at: int) -> Shell:
                 out.vars[name] = values[0]
             continue
         text = f"${name}"
-        out.vars[name] = Var(scalar=(Chunk(text, (at,) * len(text), True,
-                                           Unknown("branch", text, "set differently in branches of the condition "
-                                                   f"at offset {at}")),), pos=at)
+        why = f"set differently in branches of the condition on line {base.src.count(chr(10), 0, at) + 1}"
+        unknown = (Chunk(text, (at,) * len(text), True, Unknown("branch", text, why)),)
+        if all(v is not None and v.array is not None for v in values):
+            # arrays the branches extend differently: the common leading elements stay known
+            arrays = [v.elements() for v in values if v is not None]
+            common = 0
+            while all(len(a) > common for a in arrays) and all(_same_field(arrays[0][common], a[common])
+                                                               for a in arrays[1:]):
+                common += 1
+            out.vars[name] = Var(array=arrays[0][:common] + [unknown], pos=at)
+            continue
+        out.vars[name] = Var(scalar=unknown, pos=at)
     return out
+
+
+def _same_field(x: Field, y: Field) -> bool:
+    return text_of(x) == text_of(y) and unknowns(x) == unknowns(y)
 
 
 def parse_masked(text: str, p: Prepared) -> list[Any]:

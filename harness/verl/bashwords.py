@@ -20,7 +20,7 @@ from harness.verl.bashparams import ParamExpansion
 from harness.verl.bashscan import (BashSyntaxError, Heredoc, Scanner, skip_ansi, skip_arith, skip_backtick, skip_braced, skip_double,
                                    skip_dollar, skip_old_arith, skip_single)
 from harness.verl.bashtypes import (BREAK, ENVIRONMENT, IFS, META, Chunk, Field, Issue, Item, Unknown, Var,
-                                    first_offset, join_items, split_fields, text_of, unknown_chunk, unknowns,
+                                    first_offset, join_items, quoted_part, split_fields, text_of, unknown_chunk, unknowns,
                                     word_end)
 
 __all__ = ["BREAK", "ENVIRONMENT", "IFS", "META", "Chunk", "Field", "Issue", "Item", "Shell", "Unknown", "Var",
@@ -148,7 +148,7 @@ class Shell(ParamExpansion):
                 j = skip_double(src, i)
                 flush()
                 inner = self.items(i + 1, j - 1, mode="dq")
-                out.extend(inner if inner else [Chunk("", (), True)])
+                out.extend(quoted_part(inner))
                 i = j
                 continue
             if mode == "word" and c == "~" and i == start and (i + 1 >= end or src[i + 1] in "/:"):
@@ -192,7 +192,7 @@ class Shell(ParamExpansion):
             return j
         if nxt == '"' and not quoted:
             j = skip_double(src, i + 1)
-            out.extend(self.items(i + 2, j - 1, mode="dq") or [Chunk("", (), True)])
+            out.extend(quoted_part(self.items(i + 2, j - 1, mode="dq")))
             return j
         if nxt and (nxt.isalpha() or nxt == "_"):
             j = i + 1

@@ -234,9 +234,33 @@ def test_hydra_prefixes_and_flags() -> None:
     assert {f.rule for f in ok.errors} == {"missing-mandatory", "micro-batch-exclusive"}
     bad = lint_text("python3 -m verl.trainer.main_ppo ~trainer.no_such_key notanoverride\n")
     assert [f.rule for f in bad.findings].count("unknown-key") == 2
-    other = lint_text("python3 -m verl.trainer.main_ppo --config-name ppo_megatron_trainer trainer.foo=1\n")
+    other = lint_text("python3 -m verl.trainer.main_ppo --config-name my_trainer trainer.foo=1\n")
     assert "unknown-key" not in {f.rule for f in other.findings}
     assert "unresolved-value" in {f.rule for f in other.findings}
+
+
+@pytest.mark.parametrize(("flags", "engine"), [("--config-name ppo_megatron_trainer", "megatron"),
+                                                ("--config-name='ppo_megatron_trainer.yaml'", "megatron"),
+                                                ("model_engine=megatron", "megatron"),
+                                                ("model_engine=torchtitan", "torchtitan"), ("", "dp")])
+def test_engine_keys_follow_the_config(flags: str, engine: str) -> None:
+    script = (f"python3 -m verl.trainer.main_ppo {flags} actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2 "
+              "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size=1 trainer.foo=1\n")
+    result = lint_text(script)
+    assert result.calls[0].engine == engine
+    unknown = {f.key for f in result.findings if f.rule == "unknown-key"}
+    megatron_keys = {"actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+                     "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size"}
+    assert unknown == {"trainer.foo"} | (set() if engine == "megatron" else megatron_keys)
+
+
+def test_append_allowed_where_hydra_allows_it() -> None:
+    """Hydra refuses +key=value only over a value that is not null (and a scalar, not a mapping)."""
+    script = ("python3 -m verl.trainer.main_ppo model_engine=megatron "
+              "+actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform "
+              "+actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused\n")
+    found = [f.key for f in lint_text(script).findings if f.rule == "append-existing-key"]
+    assert found == ["actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend"]
 
 
 def test_engine_selects_known_keys() -> None:
@@ -278,15 +302,23 @@ def test_verl_keys_header() -> None:
     data = verl_keys()
     assert "Apache-2.0" in data["_source"] and len(data["revision"]) == 40
     assert data["keys"]["actor_rollout_ref.rollout.max_model_len"] is None
-    assert data["veomni"]["actor_rollout_ref.actor.strategy"] == "veomni"
+    assert set(data["engines"]) == {"dp", "megatron", "torchtitan", "veomni"}
+    assert data["defaults"]["veomni"]["actor_rollout_ref.actor.strategy"] == "veomni"
+    assert data["engines_of"]["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == ["megatron"]
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="verl reference configs not available")
-def test_verl_keys_regenerate_identically() -> None:
-    pytest.importorskip("yaml")
-    from harness.verl.build_keys import DEFAULT_OUT, build, render
+def test_verl_keys_reproduce_each_engine_config() -> None:
+    """Each engine view of the shipped JSON is exactly the flattened generated config it came from."""
+    yaml = pytest.importorskip("yaml")
+    from harness.verl.build_keys import engine_files, flatten
+    from harness.verl.overrides import engine_defaults, verl_keys
 
-    assert render(build(SHARED)) == DEFAULT_OUT.read_text(encoding="utf-8")
+    files = engine_files(SHARED)
+    assert files and set(files) <= set(verl_keys()["engines"])
+    for engine, path in files.items():
+        assert engine_defaults(engine) == flatten(yaml.safe_load(path.read_text(encoding="utf-8"))), engine
+    assert (SHARED / "REVISION").read_text().split()[0] == verl_keys()["revision"]
 
 
 # ----------------------------------------------------------------------------- robustness
