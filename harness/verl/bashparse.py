@@ -165,7 +165,7 @@ class Evaluator(Builtins):
         """Keep the current shell; continue on a copy (issues are shared)."""
         saved = self.sh
         self.sh = Shell(saved.src, dict(saved.vars), saved.positional, saved.nounset, saved.opaque, saved.issues,
-                        saved.reported)
+                        saved.reported, saved.spent)
         return saved
 
     def maybe(self, *branches: Any, always: bool = False, at: int = 0) -> None:
@@ -422,7 +422,7 @@ def _same(a: Var | None, b: Var | None) -> bool:
 
 def _merge(base: Shell, results: list[Shell], at: int) -> Shell:
     out = Shell(base.src, {}, base.positional, any(r.nounset for r in results),
-                next((r.opaque for r in results if r.opaque), None), base.issues, base.reported)
+                next((r.opaque for r in results if r.opaque), None), base.issues, base.reported, base.spent)
     names = set().union(*(r.vars for r in results))
     for name in names:
         values = [r.vars.get(name) for r in results]

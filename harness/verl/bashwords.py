@@ -23,6 +23,9 @@ from harness.verl.bashtypes import (BREAK, ENVIRONMENT, IFS, META, Chunk, Field,
                                     first_offset, join_items, quoted_part, split_fields, text_of, unknown_chunk, unknowns,
                                     word_end)
 
+MAX_VALUE = 131_072  # characters in one value (Linux refuses a longer single argument: MAX_ARG_STRLEN)
+MAX_WORK = 10_000_000  # characters expanded in one script
+
 __all__ = ["BREAK", "ENVIRONMENT", "IFS", "META", "Chunk", "Field", "Issue", "Item", "Shell", "Unknown", "Var",
            "first_offset", "join_items", "split_fields", "text_of", "unknowns", "word_end"]
 
@@ -38,6 +41,15 @@ class Shell(ParamExpansion):
     opaque: str | None = None  # set after ``source`` / ``eval``: why undefined names may be defined elsewhere
     issues: list[Issue] = field(default_factory=list)
     reported: set[tuple[str, int]] = field(default_factory=set)
+    spent: list[int] = field(default_factory=lambda: [0])  # characters expanded so far (shared by forks)
+
+    def charge(self, n: int, pos: int) -> None:
+        """Count ``n`` expanded characters; past the budget the evaluation stops with one error."""
+        self.spent[0] += n
+        if n > MAX_VALUE or self.spent[0] > MAX_WORK:
+            what = f"a value grows past {MAX_VALUE:,} characters" if n > MAX_VALUE else \
+                f"expansions add up to more than {MAX_WORK:,} characters"
+            raise BashSyntaxError(f"expansion too large to evaluate statically: {what}", pos)
 
     # -- public API --------------------------------------------------------------------------
     def expand_word(self, start: int) -> list[Field]:
@@ -59,12 +71,15 @@ class Shell(ParamExpansion):
         return join_items(self.items(doc.body_start, doc.body_end, mode="heredoc"))
 
     def set_scalar(self, name: str, value: Field, pos: int) -> None:
+        self.charge(sum(len(c.text) for c in value), pos)
         self.vars[name] = Var(scalar=tuple(value), pos=pos)
 
     def set_array(self, name: str, items: list[Field], pos: int, append: bool = False) -> None:
         old = self.vars.get(name)
         base = old.elements() if (append and old is not None) else []
-        self.vars[name] = Var(array=base + list(items), pos=pos)
+        elems = base + list(items)
+        self.charge(sum(len(c.text) for e in elems for c in e), pos)
+        self.vars[name] = Var(array=elems, pos=pos)
 
     def parse_array(self, open_paren: int) -> tuple[list[Field], int]:
         """Elements of an array literal whose ``(`` is at ``open_paren``; returns (fields, end)."""
@@ -159,6 +174,7 @@ class Shell(ParamExpansion):
             add(c, i, mode != "word")
             i += 1
         flush()
+        self.charge(sum(len(c.text) for c in out if isinstance(c, Chunk)), start)
         return out
 
     def _dollar(self, i: int, out: list[Item], quoted: bool) -> int:

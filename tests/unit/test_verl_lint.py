@@ -211,6 +211,8 @@ def test_more_constructs(script: str, nnodes: int) -> None:
     ("select x in a b; do break; done\n", "select"),
     ("echo \"unterminated\n", "line 1"),
     ("cat <<EOF\nno end\n", "line 1"),
+    ("X=ab\n" + "X=$X$X\n" * 34 + "python3 -m verl.trainer.main_ppo a=$X\n", "grows past 131,072 characters"),
+    ("X=abcdefghijklmnop\n" + "X=$X$X\n" * 12 + "echo $X $X $X $X\n" * 200, "add up to more than"),
 ])
 def test_unparseable_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, where: str) -> None:
     script = tmp_path / "bad.sh"
