@@ -1,6 +1,6 @@
 """Static word expansion: what bash would make of one word, without running anything.
 
-A word is read from the original source at the offset bashlex reports and expanded the way bash
+A word is read from the original source at the offset the syntax tree reports and expanded the way bash
 does — quotes, escapes, ``$x`` / ``${x}`` / ``${x:-default}`` / ``${x:=default}`` / ``${x:+alt}`` /
 ``${#x}`` / ``${x#pat}`` ..., arrays (``${A[@]}``, ``"${A[@]}"``), ``$@`` / ``$*``, arithmetic,
 field splitting of unquoted expansions, ``$(cat <<EOF ... EOF)`` — but every character keeps the
@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.verl.bashparams import ParamExpansion
-from harness.verl.bashscan import (BashSyntaxError, Heredoc, Scanner, skip_ansi, skip_arith, skip_backtick, skip_braced, skip_double,
-                                   skip_dollar, skip_old_arith, skip_single)
+from harness.verl.bashskip import (BashSyntaxError, skip_ansi, skip_arith, skip_backtick, skip_braced, skip_dollar,
+                                   skip_double, skip_old_arith, skip_single)
+from harness.verl.bashtree import Heredoc, parse
 from harness.verl.bashtypes import (BREAK, ENVIRONMENT, IFS, META, Chunk, Field, Issue, Item, Unknown, Var,
                                     first_offset, join_items, quoted_part, split_fields, text_of, unknown_chunk, unknowns,
                                     word_end)
@@ -224,31 +225,36 @@ class Shell(ParamExpansion):
 
     def _cmdsub(self, i: int, j: int, quoted: bool) -> list[Item]:
         """``$(cat <<EOF ... EOF)`` is the here-document's text; any other command is unknown."""
-        inner = self.src[i + 2:j - 1]
-        body = inner.lstrip()
-        if body.startswith("cat") and body[3:4] in (" ", "\t"):
-            scanner = Scanner(self.src)
-            try:
-                scanner.command_text(i + 2, closer=")", record=False)
-            except Exception:  # noqa: BLE001 - not a plain here-document after all
-                scanner.heredocs.clear()
-            docs = list(scanner.heredocs.values())
-            if len(docs) == 1:
-                doc = docs[0]
-                head = self.src[i + 2:doc.op].split()
-                tail = self.src[doc.body_end:j - 1].split("\n", 1)
-                rest = tail[1] if len(tail) > 1 else ""
-                if head == ["cat"] and not rest.strip():
-                    value = list(self.heredoc_body(doc))
-                    while value and value[-1].text.endswith("\n"):  # $(...) drops trailing newlines
-                        last = value.pop()
-                        stripped = last.text.rstrip("\n")
-                        if stripped:
-                            value.append(Chunk(stripped, last.offs[:len(stripped)], last.quoted, last.unknown))
-                            break
-                    return [Chunk(c.text, c.offs, quoted, c.unknown) for c in value]
+        doc = _cat_heredoc(self.src[i + 2:j - 1], i + 2)
+        if doc is not None:
+            value = list(self.heredoc_body(doc))
+            while value and value[-1].text.endswith("\n"):  # $(...) drops trailing newlines
+                last = value.pop()
+                stripped = last.text.rstrip("\n")
+                if stripped:
+                    value.append(Chunk(stripped, last.offs[:len(stripped)], last.quoted, last.unknown))
+                    break
+            return [Chunk(c.text, c.offs, quoted, c.unknown) for c in value]
         return [unknown_chunk(self.src[i:j], i, quoted, "cmdsub", "command substitution")]
 
+
+def _cat_heredoc(inner: str, base: int) -> Heredoc | None:
+    """The here-document of ``inner`` when it is exactly ``cat <<DELIM ... DELIM``."""
+    if not inner.lstrip().startswith("cat"):
+        return None
+    try:
+        tree = parse(inner, base)
+    except BashSyntaxError:
+        return None
+    stmts = [c for c in tree.root.named_children if c.type != "comment"]
+    if len(stmts) != 1 or stmts[0].type != "redirected_statement":
+        return None
+    body, *rest = stmts[0].named_children
+    if body.type != "command" or tree.text(body).strip() != "cat" or len(rest) != 1:
+        return None
+    if rest[0].type != "heredoc_redirect" or any(c.type in ("&&", "||", "|") for c in rest[0].children):
+        return None
+    return tree.heredoc(rest[0])
 
 
 def _ansi_c(src: str, i: int, end: int) -> tuple[str, tuple[int, ...]]:
