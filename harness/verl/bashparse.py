@@ -173,7 +173,7 @@ class Evaluator(Builtins):
                         result = self.node(part)
                     op = None
                     continue
-                self.maybe(lambda p=part: self.node(p))
+                self.maybe(lambda p=part: self.node(p), at=self.t.start(part))
                 result, op = None, None
                 continue
             result = self.node(part)
@@ -468,6 +468,9 @@ class Evaluator(Builtins):
             matched: bool | None = False
             for pat_node in patterns:
                 pat = self.sh.expand_value(self.t.start(pat_node), self.t.end(pat_node))
+                if not unknowns(pat) and text_of(pat) == "*":  # matches any subject, known or not
+                    matched = True
+                    break
                 if not known or unknowns(pat):
                     matched = None
                 elif fnmatch.fnmatchcase(text_of(subject), text_of(pat)):
@@ -506,7 +509,8 @@ def _merge(base: Shell, results: list[Shell], at: int) -> Shell:
                 out.vars[name] = values[0]
             continue
         text = f"${name}"
-        why = f"set differently in branches of the condition on line {base.src.count(chr(10), 0, at) + 1}"
+        line = base.src.count("\n", 0, at) + 1
+        why = f"set differently in branches of the condition on line {line}"
         unknown = (Chunk(text, (at,) * len(text), True, Unknown("branch", text, why)),)
         if all(v is not None and v.array is not None for v in values):
             # arrays the branches extend differently: the common leading elements stay known
@@ -515,7 +519,11 @@ def _merge(base: Shell, results: list[Shell], at: int) -> Shell:
             while all(len(a) > common for a in arrays) and all(_same_field(arrays[0][common], a[common])
                                                                for a in arrays[1:]):
                 common += 1
-            out.vars[name] = Var(array=arrays[0][:common] + [unknown], pos=at)
+            tail = f"${{{name}[@]}}"
+            rest = (Chunk(tail, (at,) * len(tail), True,
+                          Unknown("branch", tail, f"elements after the first {common} differ between the "
+                                  f"branches of the condition on line {line}")),)
+            out.vars[name] = Var(array=arrays[0][:common] + [rest], pos=at)
             continue
         out.vars[name] = Var(scalar=unknown, pos=at)
     return out
