@@ -118,7 +118,7 @@ class ParamExpansion:
         if key not in self.reported:
             self.reported.add(key)
             self.issues.append(Issue("undefined", i, name, f"${name} is used but never set, and `set -u` makes bash "
-                                                              "abort here"))
+                                                              f"abort here unless the caller exports {name}"))
 
     def _param(self, i: int, j: int, quoted: bool) -> list[Item]:
         src, body_start, body_end = self.src, i + 2, j - 1

@@ -320,8 +320,15 @@ class Evaluator(Builtins):
         assigns, words = [], []
         redirects = tuple(redirects)
         name_node = node.child_by_field_name("name")
+        covered = -1  # end of the last shell word: tree-sitter splits ``'a'\<newline>'b'``, bash does not
         for child in node.named_children:
-            if child.type == "variable_assignment" and name_node is not None and child.start_byte < name_node.start_byte:
+            if child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect", "comment"):
+                pass
+            elif self.t.start(child) < covered:
+                continue
+            else:
+                covered = word_end(self.src, self.t.start(child))
+            if child.type == "variable_assignment" and (name_node is None or child.start_byte < name_node.start_byte):
                 assigns.append(child)
             elif child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
                 redirects += (self.t.redirect(child),)

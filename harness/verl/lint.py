@@ -189,8 +189,9 @@ def _lint_call(inv: Invocation, profile: dict[str, Any] | None, out: list[Findin
     engine = _engine(overrides, config_name, inv.line, out)
     _duplicates(overrides, out)
     judged: list[Finding] = []  # findings that hold only if no unresolved argument changes the config
+    replaced = _group_packages(overrides, out)
     if engine is not None:
-        _key_checks(overrides, engine, out, judged)
+        _key_checks(overrides, engine, out, judged, replaced)
     config = merged_config(overrides, engine or "dp")
     lines: dict[str, int] = {}
     unresolved: dict[str, Override] = {}
@@ -206,9 +207,25 @@ def _lint_call(inv: Invocation, profile: dict[str, Any] | None, out: list[Findin
         _missing(call, judged)
     ctx = RuleContext(config=config, profile=profile, architecture=architecture_for(config), lines=lines)
     for f in run_rules(ctx, only=VERL_RULES):
-        judged.append(f if f.line is not None else replace(f, line=inv.line))
-    out.extend(_unproven(judged, opaque, engine is None))
+        judged.append(_as_verl_checks_it(f if f.line is not None else replace(f, line=inv.line), engine, config))
+    out.extend(_unproven(judged, opaque, engine is None or bool(replaced)))
     return call
+
+
+def _as_verl_checks_it(f: Finding, engine: str | None, config: dict[str, Any]) -> Finding:
+    """A shared rule's error where verl itself does not fail that way becomes a warning saying why: the
+    batch rules assume FSDP's data-parallel size (megatron's is world / (tp × pp × cp)) and verl skips the
+    batch check under dynamic batch sizes; a rollout TP group larger than a node is run across nodes."""
+    if f.severity != "error":
+        return f
+    why = None
+    if f.rule in ("batch-divisible-by-world", "mini-batch-vs-train-batch") and engine == "megatron":
+        why = "verl's megatron engine sizes batches by world / (tp × pp × cp), which this check does not model"
+    elif f.rule == "batch-divisible-by-world" and get_path(config, "actor_rollout_ref.actor.use_dynamic_bsz") is True:
+        why = "verl skips this check when actor.use_dynamic_bsz is on"
+    elif f.rule == "rollout-tp-fits" and "devices per node" in f.message:
+        why = "verl runs such a rollout replica across nodes; tensor parallelism across nodes is slow"
+    return f if why is None else replace(f, severity="warning", message=f"{f.message} ({why})")
 
 
 def _unproven(findings: list[Finding], opaque: list[int], no_defaults: bool) -> list[Finding]:
@@ -221,7 +238,7 @@ def _unproven(findings: list[Finding], opaque: list[int], no_defaults: bool) -> 
         where = ", ".join(str(n) for n in dict.fromkeys(opaque))
         why = f"unless the argument(s) on line(s) {where}, not resolved statically, change it"
     else:
-        why = "if the config's defaults are verl's ppo_trainer defaults (not known for this --config-name)"
+        why = "if the config's defaults are the ones verl ships; this command selects a config they do not cover"
     return [f if f.severity != "error" else replace(f, severity="warning", message=f"{f.message} ({why})")
             for f in findings]
 
@@ -302,9 +319,29 @@ def _duplicates(overrides: list[Override], out: list[Finding]) -> None:
                 "others are dead", f"keep one {key} override", ov.line, key))
 
 
-def _key_checks(overrides: list[Override], engine: str, out: list[Finding], judged: list[Finding]) -> None:
+def _group_packages(overrides: list[Override], out: list[Finding]) -> tuple[str, ...]:
+    """Config packages a Hydra group override replaces (``actor@actor_rollout_ref.actor=mlite_actor``):
+    their keys come from a config whose keys are not shipped, so they are not checked."""
+    packages = []
+    for ov in overrides:
+        if not ov.is_group or ov.key == "model_engine":
+            continue
+        group, _, package = ov.key.partition("@")
+        package = package or group.replace("/", ".")
+        packages.append(package)
+        out.append(lint_finding("unresolved-value", f"{ov.raw} selects the {group} config {ov.value_text!r}: its "
+                                f"keys are not shipped, so keys under {package} are not checked",
+                                "use the engine's own config group (model_engine=...) to have them checked",
+                                ov.line, ov.key))
+    return tuple(packages)
+
+
+def _key_checks(overrides: list[Override], engine: str, out: list[Finding], judged: list[Finding],
+                replaced: tuple[str, ...] = ()) -> None:
     for ov in overrides:
         if ov.is_group or ov.key.startswith("hydra.") or "$" in ov.key:
+            continue
+        if any(ov.key == p or ov.key.startswith(p + ".") for p in replaced):
             continue
         known = known_key(ov.key, engine)
         if ov.prefix in ("", "~") and not known:

@@ -200,6 +200,9 @@ def test_trainer_command_forms(launcher: str) -> None:
     ("for ((i = 0; i < 2; i++)); do echo $i; done\npython3 -m verl.trainer.main_ppo trainer.nnodes=4\n", 4),
     ("function run() {\n  python3 -m verl.trainer.main_ppo trainer.nnodes=5\n}\n# a comment\nrun\n", 5),
     ("A[2]=6\npython3 -m verl.trainer.main_ppo trainer.nnodes=${A[2]}\n", 6),
+    ("N='1'\\\n'2'\npython3 -m verl.trainer.main_ppo trainer.nnodes=$N\n", 12),  # one word across lines
+    ("case \"$1\" in\n  a) N=3 ;;\n  *) N=3 ;;\nesac\npython3 -m verl.trainer.main_ppo trainer.nnodes=$N\n", 3),
+    ("E=()\npython3 -m verl.trainer.main_ppo \"${E[@]}\" trainer.nnodes=4 \"${E[@]:-}\"\n", 4),
     ("(N=1)\n{ N=7; }\npython3 -m verl.trainer.main_ppo trainer.nnodes=$N\n", 7),
 ])
 def test_more_constructs(script: str, nnodes: int) -> None:
@@ -350,3 +353,32 @@ def test_metacharacter_in_an_array_literal_is_a_syntax_error(text: str) -> None:
 def test_evaluate_reports_issue_offsets() -> None:
     ev = evaluate_script("set -u\necho $A\n")
     assert [ev.line(i.pos) for i in ev.issues] == [2]
+
+
+def test_group_override_leaves_its_package_unchecked() -> None:
+    script = ("python3 -m verl.trainer.main_ppo actor@actor_rollout_ref.actor=mlite_actor "
+              "actor_rollout_ref.actor.engine.tp=2 actor_rollout_ref.rollout.no_such_key=1\n")
+    findings = lint_text(script).findings
+    assert [f.key for f in findings if f.rule == "unknown-key"] == ["actor_rollout_ref.rollout.no_such_key"]
+    assert any(f.rule == "unresolved-value" and "mlite_actor" in f.message for f in findings)
+    assert not [f for f in findings if f.severity == "error" and f.rule != "unknown-key"]
+
+
+@pytest.mark.parametrize(("script", "rule"), [
+    ("python3 -m verl.trainer.main_ppo model_engine=megatron data.train_batch_size=3 actor_rollout_ref.rollout.n=1 "
+     "trainer.n_gpus_per_node=8 trainer.nnodes=1\n", "batch-divisible-by-world"),
+    ("python3 -m verl.trainer.main_ppo data.train_batch_size=3 actor_rollout_ref.rollout.n=1 "
+     "actor_rollout_ref.actor.use_dynamic_bsz=True trainer.n_gpus_per_node=8 trainer.nnodes=1\n",
+     "batch-divisible-by-world"),
+    ("python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.tensor_model_parallel_size=16 "
+     "trainer.n_gpus_per_node=8 trainer.nnodes=2\n", "rollout-tp-fits"),
+])
+def test_checks_verl_does_not_make_are_warnings(script: str, rule: str) -> None:
+    found = [f for f in lint_text(script).findings if f.rule == rule]
+    assert found and all(f.severity == "warning" and "verl" in f.message for f in found)
+
+
+def test_fsdp_batch_check_stays_an_error() -> None:
+    script = ("python3 -m verl.trainer.main_ppo data.train_batch_size=3 actor_rollout_ref.rollout.n=1 "
+              "trainer.n_gpus_per_node=8 trainer.nnodes=1\n")
+    assert "batch-divisible-by-world" in {f.rule for f in lint_text(script).errors}
