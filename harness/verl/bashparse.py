@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.verl.bashbuiltins import BUILTINS, Builtins, Exit, Return, test_words
 from harness.verl.bashskip import BashSyntaxError
-from harness.verl.bashtree import Redirect, Tree, parse
+from harness.verl.bashtree import Redirect, Tree, assigned_in_arith, assignments, elif_parts, parse
 from harness.verl.bashwords import Chunk, Field, Issue, Shell, Unknown, Var, first_offset, text_of, unknowns, word_end
 
 MAX_CALL_DEPTH = 16
@@ -113,7 +113,7 @@ class Evaluator(Builtins):
         if kind == "command":
             return self.command(node, redirects)
         if kind in ("variable_assignment", "variable_assignments"):
-            for a in _assignments(node):
+            for a in assignments(node):
                 self.assign(self.t.start(a))
             return True
         if kind == "declaration_command":
@@ -248,7 +248,7 @@ class Evaluator(Builtins):
                 continue
             if part.type == "elif_clause":
                 clauses.append((cond, body))
-                cond, body = _clause(part)
+                cond, body = elif_parts(part)
                 continue
             if part.type == "else_clause":
                 clauses.append((cond, body))
@@ -288,7 +288,7 @@ class Evaluator(Builtins):
                 if part.type == "variable_assignment" and part.named_children:
                     names.append(self.t.text(part.named_children[0]))
                 elif part.type not in ("do_group", "compound_statement"):
-                    names.extend(_assigned_in_arith(part, self.t))
+                    names.extend(assigned_in_arith(part, self.t))
 
         def run_body() -> None:
             for name in dict.fromkeys(names):
@@ -304,7 +304,7 @@ class Evaluator(Builtins):
     def arith_command(self, node: Any) -> None:
         """``(( ... ))``: the variables it assigns become unknown (its value is not evaluated)."""
         at = self.t.start(node)
-        for name in _assigned_in_arith(node, self.t):
+        for name in assigned_in_arith(node, self.t):
             text = f"${name}"
             self.sh.set_scalar(name, (Chunk(text, (at,) * len(text), True,
                                             Unknown("other", text, "set by an arithmetic command")),), at)
@@ -538,42 +538,6 @@ def _merge(base: Shell, results: list[Shell], at: int) -> Shell:
 
 def _same_field(x: Field, y: Field) -> bool:
     return text_of(x) == text_of(y) and unknowns(x) == unknowns(y)
-
-
-def _assignments(node: Any) -> list[Any]:
-    return [node] if node.type == "variable_assignment" else [c for c in node.named_children
-                                                             if c.type == "variable_assignment"]
-
-
-def _clause(node: Any) -> tuple[list[Any], list[Any]]:
-    """(condition, body) of an ``elif`` clause."""
-    cond: list[Any] = []
-    body: list[Any] = []
-    state = "cond"
-    for c in node.children:
-        if c.type == "then":
-            state = "then"
-        elif c.is_named and c.type != "comment":
-            (cond if state == "cond" else body).append(c)
-    return cond, body
-
-
-def _assigned_in_arith(node: Any, tree: Tree) -> list[str]:
-    """Names an arithmetic command assigns (``x = ...``, ``x += ...``, ``x++``, ``--x``)."""
-    names: list[str] = []
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        kids = cur.children
-        if cur.type in ("binary_expression", "postfix_expression", "unary_expression") and kids:
-            ops = [c.type for c in kids if not c.is_named]
-            target = kids[0] if cur.type != "unary_expression" else kids[-1]
-            assigning = any(op.endswith("=") and op not in ("==", "!=", "<=", ">=") or op in ("++", "--")
-                            for op in ops)
-            if assigning and target.type in ("variable_name", "word"):
-                names.append(tree.text(target))
-        stack.extend(kids)
-    return names
 
 
 def _between(src: str, a: int, b: int) -> str:

@@ -155,3 +155,40 @@ def depth_ok(node: Any) -> bool:
             return False
         stack.extend((c, d + 1) for c in cur.children)
     return True
+
+
+def assignments(node: Any) -> list[Any]:
+    """The ``variable_assignment`` nodes of an assignment statement (one, or several on a line)."""
+    return [node] if node.type == "variable_assignment" else [c for c in node.named_children
+                                                             if c.type == "variable_assignment"]
+
+
+def elif_parts(node: Any) -> tuple[list[Any], list[Any]]:
+    """(condition, body) of an ``elif`` clause."""
+    cond: list[Any] = []
+    body: list[Any] = []
+    state = "cond"
+    for c in node.children:
+        if c.type == "then":
+            state = "then"
+        elif c.is_named and c.type != "comment":
+            (cond if state == "cond" else body).append(c)
+    return cond, body
+
+
+def assigned_in_arith(node: Any, tree: Tree) -> list[str]:
+    """Names an arithmetic command assigns (``x = ...``, ``x += ...``, ``x++``, ``--x``)."""
+    names: list[str] = []
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        kids = cur.children
+        if cur.type in ("binary_expression", "postfix_expression", "unary_expression") and kids:
+            ops = [c.type for c in kids if not c.is_named]
+            target = kids[0] if cur.type != "unary_expression" else kids[-1]
+            assigning = any(op.endswith("=") and op not in ("==", "!=", "<=", ">=") or op in ("++", "--")
+                            for op in ops)
+            if assigning and target.type in ("variable_name", "word"):
+                names.append(tree.text(target))
+        stack.extend(kids)
+    return names
