@@ -24,9 +24,8 @@ Departures from verl (``verl/trainer/ppo/core_algos.py``) and the papers
    of an all-masked batch are therefore 0, not NaN.
 2. Fully masked sequences are excluded from every sequence-level mean (as in recent
    verl); a ``seq-mean-token-mean`` row with no tokens contributes nothing instead of 0/0.
-3. ``seq-mean-token-sum-norm`` follows verl: ``Σ_i seq_sum_i / C`` (default ``C = T``, the
-   padded response length), without dividing by the number of sequences (the Dr. GRPO
-   paper's ``1/(G·L)`` form would also divide by G; pass ``norm_constant = G·L`` for it).
+3. ``seq-mean-token-mean`` divides a row's sum by its token count exactly; verl adds
+   ``1e-8`` to the count (a relative difference below ``1e-8 / n_i``).
 4. Masked positions are selected with ``torch.where`` instead of multiplied by the mask,
    so a non-finite value at a padded position cannot leak into a loss or a metric.
 5. GRPO group statistics are computed in float64 around a per-group pivot (the group's
@@ -345,6 +344,7 @@ AGG_MODES: tuple[str, ...] = (
     "seq-mean-token-sum",
     "seq-mean-token-sum-norm",
     "token-mean",
+    "token-sum",
 )
 
 
@@ -374,17 +374,21 @@ def agg_loss(
     ``n_i > 0``; rows with ``n_i = 0`` are excluded everywhere):
 
     * ``token-mean``:               ``Σ_i S_i / Σ_i n_i``
+    * ``token-sum``:                ``Σ_i S_i``
     * ``seq-mean-token-sum``:       ``Σ_{i∈V} S_i / |V|``
     * ``seq-mean-token-mean``:      ``Σ_{i∈V} (S_i / n_i) / |V|``
-    * ``seq-mean-token-sum-norm``:  ``Σ_{i∈V} S_i / C`` with ``C = norm_constant``
-      (default ``T``, the padded length; pass a fixed value to keep it constant across
-      batches and micro-batches). ``norm_constant`` is ignored by the other modes.
+    * ``seq-mean-token-sum-norm``:  ``(Σ_{i∈V} S_i / |V|) / C`` with ``C = norm_constant``
+      (verl's ``loss_scale_factor``; default ``T``, the padded length; pass a fixed value
+      to keep it constant across batches and micro-batches). ``norm_constant`` is ignored
+      by the other modes.
 
-    Micro-batches and data-parallel ranks: pass ``global_tokens`` (``Σ n_i`` over the
-    whole batch, used by ``token-mean``) and/or ``global_seqs`` (``|V|`` over the whole
-    batch, used by the ``seq-*`` modes). The local denominator is then replaced, so the
-    *sum* of the values returned for the parts equals the value of the whole batch.
-    Either may be passed in any mode; the one a mode does not use is ignored.
+    These are verl's formulas (``verl/trainer/ppo/core_algos.py agg_loss``) with
+    ``dp_size = 1``. Micro-batches and data-parallel ranks: pass ``global_tokens``
+    (``Σ n_i`` over the whole batch, used by ``token-mean``) and/or ``global_seqs``
+    (``|V|`` over the whole batch, used by the ``seq-*`` modes). The local denominator is
+    then replaced, so the *sum* of the values returned for the parts equals the value of
+    the whole batch (``token-sum`` has no denominator). Either may be passed in any mode;
+    the one a mode does not use is ignored.
 
     An all-masked input returns a zero that keeps the autograd graph (never NaN).
     """
@@ -398,23 +402,22 @@ def agg_loss(
     if mode == "token-mean":
         local_tokens = m.sum().to(loss_mat.dtype)
         return masked.sum() / _denominator(global_tokens, local_tokens, "global_tokens")
+    if mode == "token-sum":
+        return masked.sum()
 
     seq_sum = masked.sum(-1)  # (B,)
     n_tok = m.sum(-1)  # (B,)
     valid = n_tok > 0  # (B,)
-    if mode == "seq-mean-token-mean":
-        seq_val = seq_sum / n_tok.clamp(min=1).to(loss_mat.dtype)
-    elif mode == "seq-mean-token-sum-norm":
+    constant = 1.0
+    if mode == "seq-mean-token-sum-norm":
         constant = float(loss_mat.shape[-1] if norm_constant is None else norm_constant)
         if not constant > 0:
             raise ValueError(f"norm_constant must be > 0, got {norm_constant}")
-        # verl: Σ_i S_i / C — no division by the number of sequences.
-        return masked.sum() / constant
-    else:  # seq-mean-token-sum
-        seq_val = seq_sum
+    seq_val = seq_sum / n_tok.clamp(min=1).to(loss_mat.dtype) if mode == "seq-mean-token-mean" else seq_sum
     local_seqs = valid.sum().to(loss_mat.dtype)
     total = torch.where(valid, seq_val, zero).sum()
-    return total / _denominator(global_seqs, local_seqs, "global_seqs")
+    seq_mean = total / _denominator(global_seqs, local_seqs, "global_seqs")
+    return seq_mean / constant if mode == "seq-mean-token-sum-norm" else seq_mean
 
 
 # --------------------------------------------------------------------------- policy loss

@@ -1,10 +1,10 @@
 """Shell builtins the static evaluation understands (a mixin of ``Evaluator``).
 
-``set`` (``-u`` / ``-o nounset`` / ``set --``), ``export`` / ``declare`` / ``typeset`` / ``local`` /
-``readonly`` (``local`` is treated as global), ``unset``, ``source`` / ``.`` and ``eval`` (after
+``set`` (``-u`` / ``-o nounset`` / ``set --``), ``unset``, ``source`` / ``.`` and ``eval`` (after
 them a name the script never sets may be set elsewhere), ``shift``, ``exit`` / ``return``,
 ``true`` / ``false`` / ``:``, ``read`` and ``mapfile`` from here-documents and here-strings, and
-``test`` / ``[`` on known operands. Every other command is only searched for a trainer call.
+``test`` / ``[`` on known operands. ``export`` / ``declare`` / ``local`` ... are declaration commands
+of the syntax tree (``Evaluator.declaration``). Every other command is only searched for a trainer call.
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
-from harness.verl.bashscan import Prepared
+from harness.verl.bashtree import Redirect
 from harness.verl.bashwords import (Chunk, Field, Shell, Unknown, first_offset, join_items, split_fields, text_of,
                                     unknowns, word_end)
 
-BUILTINS = {"set": "set", "export": "export", "declare": "export", "typeset": "export", "local": "export",
-            "readonly": "export", "unset": "unset", "source": "source", ".": "source", "eval": "eval",
+BUILTINS = {"set": "set", "unset": "unset", "source": "source", ".": "source", "eval": "eval",
             "shift": "shift", "exit": "exit", "return": "return", "true": "true", ":": "true", "false": "false",
             "read": "read", "mapfile": "mapfile", "readarray": "mapfile", "test": "test", "[": "bracket"}
 
@@ -31,16 +30,18 @@ class Exit(Exception):
 
 
 class Builtins:
-    """Needs ``sh``, ``src``, ``p``, ``functions``, ``cond``, ``depth`` and ``assign()``."""
+    """Needs ``sh``, ``src``, ``functions``, ``cond``, ``depth``, ``line()`` and ``assign()``."""
 
     sh: Shell
     src: str
-    p: Prepared
     functions: dict[str, Any]
     cond: int
     depth: int
 
     def assign(self, pos: int) -> None:  # pragma: no cover - provided by Evaluator
+        raise NotImplementedError
+
+    def line(self, pos: int) -> int:  # pragma: no cover - provided by Evaluator
         raise NotImplementedError
 
     def builtin_set(self, fields: list[Field], words: Any, redirects: Any) -> None:
@@ -54,14 +55,6 @@ class Builtins:
             elif arg[:1] in "-+" and arg[1:].isalpha() and "u" in arg:
                 self.sh.nounset = arg[0] == "-"
 
-    def builtin_export(self, fields: list[Field], words: Any, redirects: Any) -> None:
-        for w in words[1:]:
-            text = self.src[w.pos[0]:word_end(self.src, w.pos[0])]
-            if text.startswith("-"):
-                continue
-            if "=" in text:
-                self.assign(w.pos[0])
-
     def builtin_unset(self, fields: list[Field], words: Any, redirects: Any) -> None:
         names = [text_of(f) for f in fields[1:]]
         table: dict[str, Any] = self.functions if "-f" in names else self.sh.vars
@@ -69,10 +62,10 @@ class Builtins:
             table.pop(name, None)
 
     def builtin_source(self, fields: list[Field], words: Any, redirects: Any) -> None:
-        self.sh.opaque = f"the file sourced on line {self.p.line(first_offset(fields[0]))}"
+        self.sh.opaque = f"the file sourced on line {self.line(first_offset(fields[0]))}"
 
     def builtin_eval(self, fields: list[Field], words: Any, redirects: Any) -> None:
-        self.sh.opaque = f"the eval on line {self.p.line(first_offset(fields[0]))}"
+        self.sh.opaque = f"the eval on line {self.line(first_offset(fields[0]))}"
 
     def builtin_shift(self, fields: list[Field], words: Any, redirects: Any) -> None:
         if self.sh.positional is not None:
@@ -150,12 +143,12 @@ class Builtins:
                 lines.append((Chunk("".join(x[0] for x in cur), tuple(x[1] for x in cur), True),))
         self.sh.set_array(names[-1] if names else "MAPFILE", lines, first_offset(fields[0]))
 
-    def _stdin(self, redirects: list[Any], at: Field) -> Field:
+    def _stdin(self, redirects: list[Redirect], at: Field) -> Field:
         for r in redirects:
-            if r.type in ("<<", "<<-") and r.pos[0] in self.p.heredocs:
-                return self.sh.heredoc_body(self.p.heredocs[r.pos[0]])
-            if r.type == "<<<":
-                start = r.output.pos[0]
+            if r.heredoc is not None:
+                return self.sh.heredoc_body(r.heredoc)
+            if r.kind == "<<<" and r.word is not None:
+                start = r.word
                 return join_items(list(self.sh.expand_value(start, word_end(self.src, start)))) + (
                     Chunk("\n", (), True),)
         pos = first_offset(at)

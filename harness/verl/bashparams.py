@@ -118,7 +118,7 @@ class ParamExpansion:
         if key not in self.reported:
             self.reported.add(key)
             self.issues.append(Issue("undefined", i, name, f"${name} is used but never set, and `set -u` makes bash "
-                                                              "abort here"))
+                                                              f"abort here unless the caller exports {name}"))
 
     def _param(self, i: int, j: int, quoted: bool) -> list[Item]:
         src, body_start, body_end = self.src, i + 2, j - 1
@@ -145,10 +145,10 @@ class ParamExpansion:
         if not rest:
             return self._lookup_items(name, index, i, j, quoted)
         elems, is_set = self._values(name, index, i, j)
-        multi = name in "@*" or index in ("@", "*")
-        value_items: list[Item] = multi(elems, quoted, star=(name == "*" or index == "*")) if multi else \
+        several = name in "@*" or index in ("@", "*")
+        value_items: list[Item] = multi(elems, quoted, star=(name == "*" or index == "*")) if several else \
             [requote(c, quoted) for c in (elems[0] if elems else ())]
-        is_null = not is_set or (not multi and not text_of(elems[0] if elems else ()) and not unknowns(
+        is_null = not is_set or (not several and not text_of(elems[0] if elems else ()) and not unknowns(
             elems[0] if elems else ()))
         for op in (":-", ":=", ":+", ":?", "-", "=", "+", "?"):
             if rest.startswith(op):
@@ -173,7 +173,7 @@ class ParamExpansion:
                 return value_items
         if not is_set:
             return [self._missing(name, i, j, quoted)]
-        if multi or any(unknowns(e) for e in elems):
+        if several or any(unknowns(e) for e in elems):
             return [unknown_chunk(text, i, quoted, "other", "parameter operation on a value not known statically")]
         value = text_of(elems[0] if elems else ())
         result = self._operate(value, rest, word_start, body_end)

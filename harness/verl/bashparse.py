@@ -1,8 +1,7 @@
 """Evaluate a bash launcher statically: find the verl trainer command lines and their arguments.
 
-The script is never executed. :mod:`harness.verl.bashscan` masks what bashlex cannot parse,
-bashlex gives the command structure, and this module walks it in order, keeping the variables a
-run would have (:class:`harness.verl.bashwords.Shell`): assignments, ``export``/``declare``/
+The script is never executed. tree-sitter-bash gives its syntax tree (:mod:`harness.verl.bashtree`)
+and this module walks it in order, keeping the variables a run would have (:class:`harness.verl.bashwords.Shell`): assignments, ``export``/``declare``/
 ``local``, arrays, ``read`` from here-documents and here-strings, ``set -u``, functions (called
 with their arguments), ``if``/``case``/``&&``/``||`` (a condition that compares known strings or
 numbers picks its branch; otherwise every branch is evaluated and a variable the branches set
@@ -19,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.verl.bashbuiltins import BUILTINS, Builtins, Exit, Return, test_words
-from harness.verl.bashscan import BashSyntaxError, Prepared, prepare
+from harness.verl.bashskip import BashSyntaxError
+from harness.verl.bashtree import Redirect, Tree, assigned_in_arith, assignments, elif_parts, parse
 from harness.verl.bashwords import Chunk, Field, Issue, Shell, Unknown, Var, first_offset, text_of, unknowns, word_end
 
 MAX_CALL_DEPTH = 16
@@ -76,64 +76,96 @@ def is_trainer_script(path: str) -> bool:
 
 
 class Evaluator(Builtins):
-    def __init__(self, prepared: Prepared) -> None:
-        self.p = prepared
-        self.src = prepared.src
-        self.sh = Shell(prepared.src)
+    def __init__(self, tree: Tree) -> None:
+        self.t = tree
+        self.src = tree.src
+        self.sh = Shell(tree.src)
         self.functions: dict[str, Any] = {}
         self.invocations: list[Invocation] = []
         self.cond = 0  # > 0 inside a branch that may not run
         self.depth = 0
         self.visited = 0
 
+    def line(self, pos: int) -> int:
+        return self.src.count("\n", 0, max(0, min(pos, len(self.src)))) + 1
+
     # -- driver -------------------------------------------------------------------------------
-    def run(self, nodes: list[Any]) -> Evaluation:
+    def run(self) -> Evaluation:
         try:
-            self.block(nodes)
+            self.block(self.t.root.children)
         except (Exit, Return):
             pass
         return Evaluation(self.src, self.invocations, self.sh.issues, self.sh.nounset)
 
-    def block(self, nodes: list[Any]) -> None:
+    def block(self, nodes: list[Any]) -> bool | None:
+        result = None
         for node in nodes:
-            self.node(node)
+            if node.is_named and node.type != "comment":
+                result = self.node(node)
+        return result
 
-    def node(self, node: Any) -> bool | None:
-        """Evaluate one node; returns the truth of a test command when it is known."""
+    def node(self, node: Any, redirects: tuple[Redirect, ...] = ()) -> bool | None:
+        """Evaluate one statement; returns the truth of a test command when it is known."""
         self.visited += 1
         if self.visited > MAX_NODES:
             raise ScriptError("script too large to evaluate statically")
-        kind = getattr(node, "kind", None)
-        if kind == "list":
-            return self.list_node(node.parts)
+        kind = node.type
         if kind == "command":
-            return self.command(node)
+            return self.command(node, redirects)
+        if kind in ("variable_assignment", "variable_assignments"):
+            for a in assignments(node):
+                self.assign(self.t.start(a))
+            return True
+        if kind == "declaration_command":
+            return self.declaration(node)
+        if kind == "unset_command":
+            return self.builtin_unset([()] + self._fields(node.named_children), [], [])
+        if kind == "redirected_statement":
+            return self.redirected(node)
+        if kind == "list":
+            return self.list_node(node.children)
         if kind == "pipeline":
             saved = self._fork()
-            for part in node.parts:
-                if getattr(part, "kind", None) == "command":
-                    self.command(part)
+            for part in node.named_children:
+                self.node(part)
             self.sh = saved
             return None
-        if kind == "compound":
-            return self.compound(node)
-        if kind == "if":
+        if kind == "subshell":
+            saved = self._fork()
+            try:
+                return self.block(node.children)
+            finally:
+                self.sh = saved
+        if kind == "compound_statement":
+            if node.children and node.children[0].type == "((":
+                return self.arith_command(node)
+            return self.block(node.children)
+        if kind == "negated_command":
+            result = self.block(node.children)
+            return None if result is None else not result
+        if kind == "test_command":
+            return self.test_command(node)
+        if kind == "if_statement":
             self.if_node(node)
-        elif kind in ("for", "while", "until"):
+        elif kind == "case_statement":
+            self.case(node)
+        elif kind in ("for_statement", "c_style_for_statement", "while_statement", "select_statement"):
             self.loop(node)
-        elif kind == "function":
-            name = next((p.word for p in node.parts if p.kind == "word"), None)
-            if name:
-                self.functions[name] = node.parts[-1]
+        elif kind == "function_definition":
+            name = node.child_by_field_name("name")
+            body = node.child_by_field_name("body")
+            if name is not None and body is not None:
+                self.functions[self.t.text(name)] = body
         return None
 
-    def list_node(self, parts: list[Any]) -> bool | None:
-        result: bool | None = None
+    def list_node(self, parts: list[Any], result: bool | None = None) -> bool | None:
+        """``a && b || c`` (tree-sitter nests these to the left); ``result``: of a command before ``parts``."""
         op = None
         for part in parts:
-            kind = getattr(part, "kind", None)
-            if kind == "operator":
-                op = part.op
+            if not part.is_named:
+                op = part.type
+                continue
+            if part.type == "comment":
                 continue
             if op in ("&&", "||"):
                 if result is not None:
@@ -141,23 +173,36 @@ class Evaluator(Builtins):
                         result = self.node(part)
                     op = None
                     continue
-                self.maybe(lambda p=part: self.node(p))
+                self.maybe(lambda p=part: self.node(p), at=self.t.start(part))
                 result, op = None, None
                 continue
             result = self.node(part)
             op = None
         return result
 
-    def compound(self, node: Any) -> bool | None:
-        items = node.list
-        subshell = bool(items) and getattr(items[0], "kind", None) == "reservedword" and items[0].word == "("
-        saved = self._fork() if subshell else None
-        result = None
-        for item in items:
-            if getattr(item, "kind", None) != "reservedword":
-                result = self.node(item)
-        if saved is not None:
-            self.sh = saved
+    def redirected(self, node: Any) -> bool | None:
+        body = node.child_by_field_name("body") or next((c for c in node.named_children), None)
+        redirects: list[Redirect] = []
+        chained: list[Any] = []  # ``cmd <<EOF || other``: tree-sitter hangs the list off the here-document
+        for child in node.children:
+            if child is body:
+                continue
+            if child.type in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
+                redirects.append(self.t.redirect(child))
+                if child.type == "heredoc_redirect":
+                    seen_op = False
+                    for sub in child.children:
+                        seen_op = seen_op or sub.type in ("&&", "||", "|")
+                        if seen_op and sub.type not in ("heredoc_body", "heredoc_end"):
+                            chained.append(sub)
+        result = self.node(body, tuple(redirects)) if body is not None else None
+        if chained:
+            if chained[0].type == "|":
+                saved = self._fork()
+                self.block(chained)
+                self.sh = saved
+                return None
+            return self.list_node(chained, result)
         return result
 
     # -- branching ------------------------------------------------------------------------------
@@ -165,7 +210,7 @@ class Evaluator(Builtins):
         """Keep the current shell; continue on a copy (issues are shared)."""
         saved = self.sh
         self.sh = Shell(saved.src, dict(saved.vars), saved.positional, saved.nounset, saved.opaque, saved.issues,
-                        saved.reported)
+                        saved.reported, saved.spent)
         return saved
 
     def maybe(self, *branches: Any, always: bool = False, at: int = 0) -> None:
@@ -191,105 +236,136 @@ class Evaluator(Builtins):
     def if_node(self, node: Any) -> None:
         clauses: list[tuple[list[Any], list[Any]]] = []
         else_body: list[Any] | None = None
-        state, cond, body = None, [], []
-        for part in node.parts:
-            if getattr(part, "kind", None) == "reservedword" and part.word in ("if", "elif", "then", "else", "fi"):
-                if part.word in ("elif", "else", "fi") and state == "then":
-                    clauses.append((cond, body))
-                if part.word == "fi" and state == "else":
-                    else_body = body
-                state = {"if": "cond", "elif": "cond", "then": "then", "else": "else", "fi": None}[part.word]
-                if state == "cond":
-                    cond = []
-                if state in ("then", "else"):
-                    body = []
+        cond: list[Any] = []
+        body: list[Any] = []
+        state = None
+        for part in node.children:
+            if part.type in ("if", "then", "fi"):
+                if part.type == "then":
+                    state = "then"
+                elif part.type == "if":
+                    state = "cond"
                 continue
-            (cond if state == "cond" else body).append(part)
+            if part.type == "elif_clause":
+                clauses.append((cond, body))
+                cond, body = elif_parts(part)
+                continue
+            if part.type == "else_clause":
+                clauses.append((cond, body))
+                cond, body = [], []
+                else_body = [c for c in part.children if c.is_named]
+                state = None
+                continue
+            if part.is_named and part.type != "comment":
+                (cond if state == "cond" else body).append(part)
+        if else_body is None:
+            clauses.append((cond, body))
         possible: list[list[Any]] = []
         for cond_nodes, body_nodes in clauses:
-            truth = self.condition(cond_nodes)
+            truth = self.block(cond_nodes)
             if truth is True:
                 possible.append(body_nodes)
                 break
             if truth is None:
                 possible.append(body_nodes)
         else:
-            if else_body is not None:
-                possible.append(else_body)
-            else:
-                possible.append([])
+            possible.append(else_body if else_body is not None else [])
         if len(possible) == 1:
             self.block(possible[0])
             return
-        self.maybe(*[lambda b=b: self.block(b) for b in possible], always=True, at=node.pos[0])
-
-    def condition(self, nodes: list[Any]) -> bool | None:
-        result = None
-        for node in nodes:
-            result = self.node(node)
-        return result
+        self.maybe(*[lambda b=b: self.block(b) for b in possible], always=True, at=self.t.start(node))
 
     def loop(self, node: Any) -> None:
-        parts = node.parts
-        body: list[Any] = []
-        after_do = False
-        loop_var = None
-        for k, part in enumerate(parts):
-            if getattr(part, "kind", None) == "reservedword":
-                if part.word == "do":
-                    after_do = True
-                elif part.word == "done":
-                    after_do = False
-                continue
-            if after_do:
-                body.append(part)
-            elif node.kind == "for" and k == 1 and getattr(part, "kind", None) == "word":
-                loop_var = part.word
+        at = self.t.start(node)
+        var = node.child_by_field_name("variable") if node.type in ("for_statement", "select_statement") else None
+        cond = [c for c in node.children if c.is_named and c.type not in ("do_group", "comment")] \
+            if node.type == "while_statement" else []
+        body = next((c for c in node.children if c.type in ("do_group", "compound_statement")), None)
+
+        names = [self.t.text(var)] if var is not None else []
+        if node.type == "c_style_for_statement":
+            for part in node.children:
+                if part.type == "variable_assignment" and part.named_children:
+                    names.append(self.t.text(part.named_children[0]))
+                elif part.type not in ("do_group", "compound_statement"):
+                    names.extend(assigned_in_arith(part, self.t))
 
         def run_body() -> None:
-            if loop_var:
-                text = f"${loop_var}"
-                self.sh.set_scalar(loop_var, (Chunk(text, (node.pos[0],) * len(text), True,
-                                                    Unknown("loop", text, "a loop variable")),), node.pos[0])
-            self.block(body)
+            for name in dict.fromkeys(names):
+                text = f"${name}"
+                self.sh.set_scalar(name, (Chunk(text, (at,) * len(text), True,
+                                                Unknown("loop", text, "a loop variable")),), at)
+            self.block(cond)
+            if body is not None:
+                self.block(body.children)
 
-        self.maybe(run_body, at=node.pos[0])
+        self.maybe(run_body, at=at)
+
+    def arith_command(self, node: Any) -> None:
+        """``(( ... ))``: the variables it assigns become unknown (its value is not evaluated)."""
+        at = self.t.start(node)
+        for name in assigned_in_arith(node, self.t):
+            text = f"${name}"
+            self.sh.set_scalar(name, (Chunk(text, (at,) * len(text), True,
+                                            Unknown("other", text, "set by an arithmetic command")),), at)
 
     # -- commands ---------------------------------------------------------------------------
-    def command(self, node: Any) -> bool | None:
-        start = node.pos[0]
-        if start in self.p.tests:
-            return self.test_brackets(start, self.p.tests[start])
-        if start in self.p.cases:
-            self.case(start)
-            return None
-        assigns = [p for p in node.parts if p.kind == "assignment"]
-        words = [p for p in node.parts if p.kind == "word"]
-        redirects = [p for p in node.parts if p.kind == "redirect"]
+    def _fields(self, nodes: list[Any]) -> list[Field]:
+        fields: list[Field] = []
+        for w in nodes:
+            fields.extend(self.sh.expand_word(self.t.start(w)))
+        return fields
+
+    def command(self, node: Any, redirects: tuple[Redirect, ...] = ()) -> bool | None:
+        assigns, words = [], []
+        redirects = tuple(redirects)
+        name_node = node.child_by_field_name("name")
+        covered = -1  # end of the last shell word: tree-sitter splits ``'a'\<newline>'b'``, bash does not
+        for child in node.named_children:
+            if child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect", "comment"):
+                pass
+            elif self.t.start(child) < covered:
+                continue
+            else:
+                covered = word_end(self.src, self.t.start(child))
+            if child.type == "variable_assignment" and (name_node is None or child.start_byte < name_node.start_byte):
+                assigns.append(child)
+            elif child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
+                redirects += (self.t.redirect(child),)
+            elif child.type == "command_name":
+                words.append(child.named_children[0] if child.named_children else child)
+            elif child.type != "comment":
+                words.append(child)
+        if assigns and words and "\n" in _between(self.src, self.t.end(assigns[-1]), self.t.start(words[0])):
+            for a in assigns:  # ``A=1 B=2`` then a newline: a statement of its own, not a prefix
+                self.assign(self.t.start(a))
+            assigns = []
         if not words:
             for a in assigns:
-                self.assign(a.pos[0])
+                self.assign(self.t.start(a))
             return True
-        if not assigns and _is_element_assignment(self.src, words[0].pos[0]):  # ``A[3]=x``
-            self.assign(words[0].pos[0])
-            return True
-        fields: list[Field] = []
-        for w in words:
-            fields.extend(self.sh.expand_word(w.pos[0]))
+        fields = self._fields(words)
         if not fields:
             return None
         name = text_of(fields[0]) if not unknowns(fields[0]) else ""
         if assigns:  # ``VAR=x cmd``: evaluated for its expansions, not kept
             saved = self._fork()
             for a in assigns:
-                self.assign(a.pos[0])
+                self.assign(self.t.start(a))
             self.sh = saved
-        self.detect_trainer(fields, start)
+        self.detect_trainer(fields, self.t.start(node))
         if name in self.functions:
             return self.call(name, fields[1:])
         if name in BUILTINS:
-            return getattr(self, "builtin_" + BUILTINS[name])(fields, words, redirects)
+            return getattr(self, "builtin_" + BUILTINS[name])(fields, words, list(redirects))
         return None
+
+    def declaration(self, node: Any) -> bool:
+        """``export`` / ``declare`` / ``local`` / ``readonly`` / ``typeset`` (``local`` is treated as global)."""
+        for child in node.named_children:
+            if child.type == "variable_assignment":
+                self.assign(self.t.start(child))
+        return True
 
     def detect_trainer(self, fields: list[Field], start: int) -> None:
         texts = [text_of(f) if not unknowns(f) else "" for f in fields]
@@ -302,9 +378,9 @@ class Evaluator(Builtins):
                 return
 
     def _record(self, program: str, rest: list[Field], at: Field, start: int) -> None:
-        args = [Arg(text_of(f), first_offset(f, start), self.p.line(first_offset(f, start)), tuple(unknowns(f)))
+        args = [Arg(text_of(f), first_offset(f, start), self.line(first_offset(f, start)), tuple(unknowns(f)))
                 for f in rest]
-        line = self.p.line(first_offset(at, start))
+        line = self.line(first_offset(at, start))
         self.invocations.append(Invocation(line, program, args, self.cond > 0))
 
     def call(self, name: str, args: list[Field]) -> None:
@@ -363,9 +439,11 @@ class Evaluator(Builtins):
             value = (old.first() if old else ()) + value
         self.sh.set_scalar(name, value, pos)
 
-    def test_brackets(self, start: int, end: int) -> bool | None:
-        src, i, toks = self.src, start + 2, []
-        stop = end - 2
+    def test_command(self, node: Any) -> bool | None:
+        """``[[ ... ]]`` (patterns on the right of ``==``) or ``[ ... ]`` on known operands."""
+        first, last = node.children[0], node.children[-1]
+        src, i, stop = self.src, self.t.end(first), self.t.start(last)
+        toks: list[Field] = []
         while i < stop:
             if src[i] in " \t\n" or src.startswith("\\\n", i):
                 i += 1
@@ -375,40 +453,47 @@ class Evaluator(Builtins):
                 return None
             toks.append(self.sh.expand_value(i, j))
             i = j
-        return test_words(toks, pattern=True)
+        return test_words(toks, pattern=first.type == "[[")
 
-    def case(self, start: int) -> None:
-        stmt = self.p.cases[start]
-        subject = self.sh.expand_value(stmt.subject, word_end(self.src, stmt.subject))
+    def case(self, node: Any) -> None:
+        subject_node = node.child_by_field_name("value")
+        if subject_node is None:
+            return
+        at = self.t.start(subject_node)
+        subject = self.sh.expand_value(at, self.t.end(subject_node))
         known = not unknowns(subject)
-        possible: list[tuple[int, int]] = []
-        for arm in stmt.arms:
+        possible: list[list[Any]] = []
+        for arm in (c for c in node.named_children if c.type == "case_item"):
+            patterns, body, after = [], [], False
+            for c in arm.children:
+                if c.type == ")" and not after:
+                    after = True
+                elif not after and c.is_named:
+                    patterns.append(c)
+                elif after and c.is_named and c.type != "comment":
+                    body.append(c)
             matched: bool | None = False
-            for a, b in arm.patterns:
-                pat = self.sh.expand_value(a, b)
+            for pat_node in patterns:
+                pat = self.sh.expand_value(self.t.start(pat_node), self.t.end(pat_node))
+                if not unknowns(pat) and text_of(pat) == "*":  # matches any subject, known or not
+                    matched = True
+                    break
                 if not known or unknowns(pat):
                     matched = None
                 elif fnmatch.fnmatchcase(text_of(subject), text_of(pat)):
                     matched = True
                     break
             if matched is True:
-                possible.append(arm.body)
+                possible.append(body)
                 break
             if matched is None:
-                possible.append(arm.body)
+                possible.append(body)
         else:
-            possible.append((0, 0))
-        bodies = [self._parse_region(a, b) for a, b in possible]
-        if len(bodies) == 1:
-            self.block(bodies[0])
+            possible.append([])
+        if len(possible) == 1:
+            self.block(possible[0])
         else:
-            self.maybe(*[lambda b=b: self.block(b) for b in bodies], always=True, at=start)
-
-    def _parse_region(self, a: int, b: int) -> list[Any]:
-        if b <= a:
-            return []
-        text = "".join(ch if ch == "\n" else " " for ch in self.p.inner[:a]) + self.p.inner[a:b]
-        return parse_masked(text, self.p)
+            self.maybe(*[lambda b=b: self.block(b) for b in possible], always=True, at=self.t.start(node))
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -417,12 +502,12 @@ def _same(a: Var | None, b: Var | None) -> bool:
         return a is b
     ea, eb = a.elements(), b.elements()
     return (a.array is None) == (b.array is None) and len(ea) == len(eb) and all(
-        text_of(x) == text_of(y) and unknowns(x) == unknowns(y) for x, y in zip(ea, eb))
+        _same_field(x, y) for x, y in zip(ea, eb))
 
 
 def _merge(base: Shell, results: list[Shell], at: int) -> Shell:
     out = Shell(base.src, {}, base.positional, any(r.nounset for r in results),
-                next((r.opaque for r in results if r.opaque), None), base.issues, base.reported)
+                next((r.opaque for r in results if r.opaque), None), base.issues, base.reported, base.spent)
     names = set().union(*(r.vars for r in results))
     for name in names:
         values = [r.vars.get(name) for r in results]
@@ -431,42 +516,32 @@ def _merge(base: Shell, results: list[Shell], at: int) -> Shell:
                 out.vars[name] = values[0]
             continue
         text = f"${name}"
-        out.vars[name] = Var(scalar=(Chunk(text, (at,) * len(text), True,
-                                           Unknown("branch", text, "set differently in branches of the condition "
-                                                   f"at offset {at}")),), pos=at)
+        line = base.src.count("\n", 0, at) + 1
+        why = f"set differently in branches of the condition on line {line}"
+        unknown = (Chunk(text, (at,) * len(text), True, Unknown("branch", text, why)),)
+        if all(v is not None and v.array is not None for v in values):
+            # arrays the branches extend differently: the common leading elements stay known
+            arrays = [v.elements() for v in values if v is not None]
+            common = 0
+            while all(len(a) > common for a in arrays) and all(_same_field(arrays[0][common], a[common])
+                                                               for a in arrays[1:]):
+                common += 1
+            tail = f"${{{name}[@]}}"
+            rest = (Chunk(tail, (at,) * len(tail), True,
+                          Unknown("branch", tail, f"elements after the first {common} differ between the "
+                                  f"branches of the condition on line {line}")),)
+            out.vars[name] = Var(array=arrays[0][:common] + [rest], pos=at)
+            continue
+        out.vars[name] = Var(scalar=unknown, pos=at)
     return out
 
 
-def parse_masked(text: str, p: Prepared) -> list[Any]:
-    import bashlex
-
-    if all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()):
-        return []  # bashlex fails on a script of comments only
-    try:
-        return list(bashlex.parse(text))
-    except bashlex.errors.ParsingError as err:
-        pos, rest = getattr(err, "position", None), getattr(err, "s", None)
-        if isinstance(pos, int) and isinstance(rest, str) and text.endswith(rest):
-            pos += len(text) - len(rest)  # bashlex reports the offset into the statement it was reading
-        line = p.line(pos) if isinstance(pos, int) else None
-        raise ScriptError(f"bash syntax bashlex cannot parse: {getattr(err, 'message', err)}", line) from None
-    except NotImplementedError as err:
-        what = str(err).split("}", 1)[0].split("{", 1)[-1] if "type = {" in str(err) else str(err)
-        raise ScriptError(f"bash construct not supported by bashlex: {what}") from None
-    except RecursionError:
-        raise ScriptError("script nested too deeply to parse") from None
-    except Exception as err:  # noqa: BLE001 - bashlex fails on some malformed input with internal errors
-        raise ScriptError(f"bashlex cannot parse this script ({type(err).__name__}: {err})") from None
+def _same_field(x: Field, y: Field) -> bool:
+    return text_of(x) == text_of(y) and unknowns(x) == unknowns(y)
 
 
-def _is_element_assignment(src: str, pos: int) -> bool:
-    k = pos
-    while k < len(src) and (src[k].isalnum() or src[k] == "_") and src[k].isascii():
-        k += 1
-    if k == pos or k >= len(src) or src[k] != "[":
-        return False
-    close = src.find("]", k)
-    return close > 0 and src.startswith("=", close + 1) and "\n" not in src[k:close]
+def _between(src: str, a: int, b: int) -> str:
+    return src[a:b].replace("\\\n", "")
 
 
 def evaluate_script(text: str) -> Evaluation:
@@ -477,15 +552,13 @@ def evaluate_script(text: str) -> Evaluation:
         raise ScriptError("Windows (CRLF) line endings: bash reads the \\r as part of every line and fails",
                           text.count("\n", 0, text.index("\r\n")) + 1)
     try:
-        prepared = prepare(text)
+        tree = parse(text)
     except BashSyntaxError as err:
         raise ScriptError(str(err), text.count("\n", 0, max(0, err.pos)) + 1) from None
-    except RecursionError:
-        raise ScriptError("script nested too deeply to parse") from None
-    nodes = parse_masked(prepared.masked, prepared)
+    evaluator = Evaluator(tree)
     try:
-        return Evaluator(prepared).run(nodes)
+        return evaluator.run()
     except BashSyntaxError as err:
-        raise ScriptError(str(err), prepared.line(err.pos)) from None
+        raise ScriptError(str(err), evaluator.line(err.pos)) from None
     except RecursionError:
         raise ScriptError("script nested too deeply to evaluate") from None

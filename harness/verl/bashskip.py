@@ -116,7 +116,7 @@ def skip_dollar(src: str, i: int) -> int:
                 pass  # ``$( (cmd) )`` written without the space
         from harness.verl.bashscan import Scanner  # the command inside $( ) is lexed like the script
 
-        return Scanner(src).command_text(i + 2, closer=")", record=False) + 1
+        return Scanner(src).command_text(i + 2, closer=")") + 1
     if nxt == "'":
         return skip_ansi(src, i)
     if nxt == '"':

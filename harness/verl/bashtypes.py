@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from harness.verl.bashscan import skip_backtick, skip_dollar, skip_double, skip_single
+from harness.verl.bashskip import skip_backtick, skip_dollar, skip_double, skip_single
 
 META = set(" \t\n;&|<>()")
 IFS = " \t\n"
@@ -40,6 +40,7 @@ class Chunk:
 
 
 BREAK = "BREAK"  # field boundary inside a quoted multi-element expansion ("$@", "${A[@]}")
+NOTHING = "NOTHING"  # a quoted "$@" / "${A[@]}" of no elements: no field at all, not an empty one
 Item = Union[Chunk, str]
 Field = tuple[Chunk, ...]
 
@@ -90,11 +91,19 @@ def unknown_chunk(text: str, pos: int, quoted: bool, kind: str, why: str) -> Chu
     return Chunk(text, (pos,) * len(text), quoted, Unknown(kind, text, why))
 
 
+def quoted_part(inner: list[Item]) -> list[Item]:
+    """The items of a double-quoted part: ``""`` is one empty field unless only "${A[@]}" of nothing
+    is inside (then there is no field)."""
+    return inner if inner else [Chunk("", (), True)]
+
+
 def requote(c: Chunk, quoted: bool) -> Chunk:
     return c if c.quoted == quoted else Chunk(c.text, c.offs, quoted, c.unknown)
 
 
 def multi(elems: list[Field], quoted: bool, star: bool) -> list[Item]:
+    if not elems and quoted and not star:
+        return [NOTHING]
     out: list[Item] = []
     for k, elem in enumerate(elems):
         if k:
@@ -140,6 +149,8 @@ def split_fields(items: list[Item]) -> list[Field]:
         cur, has = [], False
 
     for item in items:
+        if item == NOTHING:
+            continue
         if item == BREAK:
             end_field()
             has = True
@@ -170,6 +181,8 @@ def split_fields(items: list[Item]) -> list[Field]:
 def join_items(items: list[Item]) -> Field:
     out: list[Chunk] = []
     for item in items:
+        if item == NOTHING:
+            continue
         if item == BREAK:
             out.append(Chunk(" ", (), True))
         else:

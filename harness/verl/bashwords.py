@@ -1,6 +1,6 @@
 """Static word expansion: what bash would make of one word, without running anything.
 
-A word is read from the original source at the offset bashlex reports and expanded the way bash
+A word is read from the original source at the offset the syntax tree reports and expanded the way bash
 does — quotes, escapes, ``$x`` / ``${x}`` / ``${x:-default}`` / ``${x:=default}`` / ``${x:+alt}`` /
 ``${#x}`` / ``${x#pat}`` ..., arrays (``${A[@]}``, ``"${A[@]}"``), ``$@`` / ``$*``, arithmetic,
 field splitting of unquoted expansions, ``$(cat <<EOF ... EOF)`` — but every character keeps the
@@ -17,11 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.verl.bashparams import ParamExpansion
-from harness.verl.bashscan import (BashSyntaxError, Heredoc, Scanner, skip_ansi, skip_arith, skip_backtick, skip_braced, skip_double,
-                                   skip_dollar, skip_old_arith, skip_single)
+from harness.verl.bashskip import (BashSyntaxError, skip_ansi, skip_arith, skip_backtick, skip_braced, skip_dollar,
+                                   skip_double, skip_old_arith, skip_single)
+from harness.verl.bashtree import Heredoc, parse
 from harness.verl.bashtypes import (BREAK, ENVIRONMENT, IFS, META, Chunk, Field, Issue, Item, Unknown, Var,
-                                    first_offset, join_items, split_fields, text_of, unknown_chunk, unknowns,
+                                    first_offset, join_items, quoted_part, split_fields, text_of, unknown_chunk, unknowns,
                                     word_end)
+
+MAX_VALUE = 131_072  # characters in one value (Linux refuses a longer single argument: MAX_ARG_STRLEN)
+MAX_WORK = 10_000_000  # characters expanded in one script
 
 __all__ = ["BREAK", "ENVIRONMENT", "IFS", "META", "Chunk", "Field", "Issue", "Item", "Shell", "Unknown", "Var",
            "first_offset", "join_items", "split_fields", "text_of", "unknowns", "word_end"]
@@ -38,6 +42,15 @@ class Shell(ParamExpansion):
     opaque: str | None = None  # set after ``source`` / ``eval``: why undefined names may be defined elsewhere
     issues: list[Issue] = field(default_factory=list)
     reported: set[tuple[str, int]] = field(default_factory=set)
+    spent: list[int] = field(default_factory=lambda: [0])  # characters expanded so far (shared by forks)
+
+    def charge(self, n: int, pos: int) -> None:
+        """Count ``n`` expanded characters; past the budget the evaluation stops with one error."""
+        self.spent[0] += n
+        if n > MAX_VALUE or self.spent[0] > MAX_WORK:
+            what = f"a value grows past {MAX_VALUE:,} characters" if n > MAX_VALUE else \
+                f"expansions add up to more than {MAX_WORK:,} characters"
+            raise BashSyntaxError(f"expansion too large to evaluate statically: {what}", pos)
 
     # -- public API --------------------------------------------------------------------------
     def expand_word(self, start: int) -> list[Field]:
@@ -59,12 +72,15 @@ class Shell(ParamExpansion):
         return join_items(self.items(doc.body_start, doc.body_end, mode="heredoc"))
 
     def set_scalar(self, name: str, value: Field, pos: int) -> None:
+        self.charge(sum(len(c.text) for c in value), pos)
         self.vars[name] = Var(scalar=tuple(value), pos=pos)
 
     def set_array(self, name: str, items: list[Field], pos: int, append: bool = False) -> None:
         old = self.vars.get(name)
         base = old.elements() if (append and old is not None) else []
-        self.vars[name] = Var(array=base + list(items), pos=pos)
+        elems = base + list(items)
+        self.charge(sum(len(c.text) for e in elems for c in e), pos)
+        self.vars[name] = Var(array=elems, pos=pos)
 
     def parse_array(self, open_paren: int) -> tuple[list[Field], int]:
         """Elements of an array literal whose ``(`` is at ``open_paren``; returns (fields, end)."""
@@ -148,7 +164,7 @@ class Shell(ParamExpansion):
                 j = skip_double(src, i)
                 flush()
                 inner = self.items(i + 1, j - 1, mode="dq")
-                out.extend(inner if inner else [Chunk("", (), True)])
+                out.extend(quoted_part(inner))
                 i = j
                 continue
             if mode == "word" and c == "~" and i == start and (i + 1 >= end or src[i + 1] in "/:"):
@@ -159,6 +175,7 @@ class Shell(ParamExpansion):
             add(c, i, mode != "word")
             i += 1
         flush()
+        self.charge(sum(len(c.text) for c in out if isinstance(c, Chunk)), start)
         return out
 
     def _dollar(self, i: int, out: list[Item], quoted: bool) -> int:
@@ -192,7 +209,7 @@ class Shell(ParamExpansion):
             return j
         if nxt == '"' and not quoted:
             j = skip_double(src, i + 1)
-            out.extend(self.items(i + 2, j - 1, mode="dq") or [Chunk("", (), True)])
+            out.extend(quoted_part(self.items(i + 2, j - 1, mode="dq")))
             return j
         if nxt and (nxt.isalpha() or nxt == "_"):
             j = i + 1
@@ -208,31 +225,36 @@ class Shell(ParamExpansion):
 
     def _cmdsub(self, i: int, j: int, quoted: bool) -> list[Item]:
         """``$(cat <<EOF ... EOF)`` is the here-document's text; any other command is unknown."""
-        inner = self.src[i + 2:j - 1]
-        body = inner.lstrip()
-        if body.startswith("cat") and body[3:4] in (" ", "\t"):
-            scanner = Scanner(self.src)
-            try:
-                scanner.command_text(i + 2, closer=")", record=False)
-            except Exception:  # noqa: BLE001 - not a plain here-document after all
-                scanner.heredocs.clear()
-            docs = list(scanner.heredocs.values())
-            if len(docs) == 1:
-                doc = docs[0]
-                head = self.src[i + 2:doc.op].split()
-                tail = self.src[doc.body_end:j - 1].split("\n", 1)
-                rest = tail[1] if len(tail) > 1 else ""
-                if head == ["cat"] and not rest.strip():
-                    value = list(self.heredoc_body(doc))
-                    while value and value[-1].text.endswith("\n"):  # $(...) drops trailing newlines
-                        last = value.pop()
-                        stripped = last.text.rstrip("\n")
-                        if stripped:
-                            value.append(Chunk(stripped, last.offs[:len(stripped)], last.quoted, last.unknown))
-                            break
-                    return [Chunk(c.text, c.offs, quoted, c.unknown) for c in value]
+        doc = _cat_heredoc(self.src[i + 2:j - 1], i + 2)
+        if doc is not None:
+            value = list(self.heredoc_body(doc))
+            while value and value[-1].text.endswith("\n"):  # $(...) drops trailing newlines
+                last = value.pop()
+                stripped = last.text.rstrip("\n")
+                if stripped:
+                    value.append(Chunk(stripped, last.offs[:len(stripped)], last.quoted, last.unknown))
+                    break
+            return [Chunk(c.text, c.offs, quoted, c.unknown) for c in value]
         return [unknown_chunk(self.src[i:j], i, quoted, "cmdsub", "command substitution")]
 
+
+def _cat_heredoc(inner: str, base: int) -> Heredoc | None:
+    """The here-document of ``inner`` when it is exactly ``cat <<DELIM ... DELIM``."""
+    if not inner.lstrip().startswith("cat"):
+        return None
+    try:
+        tree = parse(inner, base)
+    except BashSyntaxError:
+        return None
+    stmts = [c for c in tree.root.named_children if c.type != "comment"]
+    if len(stmts) != 1 or stmts[0].type != "redirected_statement":
+        return None
+    body, *rest = stmts[0].named_children
+    if body.type != "command" or tree.text(body).strip() != "cat" or len(rest) != 1:
+        return None
+    if rest[0].type != "heredoc_redirect" or any(c.type in ("&&", "||", "|") for c in rest[0].children):
+        return None
+    return tree.heredoc(rest[0])
 
 
 def _ansi_c(src: str, i: int, end: int) -> tuple[str, tuple[int, ...]]:

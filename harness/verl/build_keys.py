@@ -1,16 +1,21 @@
 """Generate ``harness/verl/verl_keys.json`` from verl's fully resolved default trainer configs.
 
-Usage: ``python -m harness.verl.build_keys DIR [--out FILE]`` where DIR holds verl's
-``_generated_ppo_trainer.yaml`` (FSDP engine), ``_generated_ppo_veomni_trainer.yaml``
-(``model_engine=veomni``) and a ``REVISION`` file. Those files are verl's (Apache-2.0); the JSON
-written here is a data file derived from them: every dotted key with its default value.
+Usage: ``python -m harness.verl.build_keys DIR [--revision REV] [--out FILE]`` where DIR is a
+checkout of verl (the configs are read from ``verl/trainer/config/``) or a folder holding the
+configs themselves. Every ``_generated_ppo_trainer.yaml`` (the ``dp`` engine, FSDP) and
+``_generated_ppo_<engine>_trainer.yaml`` (``model_engine=<engine>``: megatron, torchtitan,
+veomni, ...) found there is read; the revision comes from ``--revision`` or a ``REVISION`` file in
+DIR. Those files are verl's (Apache-2.0); the JSON written here is a data file derived from them:
+every dotted key with its default value, and the engines that have it.
 
 Layout of the JSON:
 
-- ``keys``: the union of both engines, dotted key -> default (the FSDP default where both have
-  the key); nested mappings are flattened, lists and empty mappings are leaves.
-- ``veomni``: the keys whose VeOmni default differs from ``keys`` (or that only VeOmni has).
-- ``only``: per engine, the keys that engine alone has (``fsdp_config.*`` vs ``veomni.*``).
+- ``engines``: engine name -> the generated file it was read from.
+- ``keys``: the union of all engines, dotted key -> default (the first engine's default, in the
+  order of ``engines``, where several have the key); nested mappings are flattened, lists and
+  empty mappings are leaves.
+- ``engines_of``: for a key that not every engine has, the engines that have it.
+- ``defaults``: per engine, the keys whose default there differs from ``keys``.
 
 OmegaConf interpolations (``${oc.select:key,default}``, ``${key}``, ``${.sibling}``) are kept
 verbatim as strings; :mod:`harness.verl.overrides` resolves them after the launcher's overrides
@@ -23,12 +28,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
-FSDP_FILE = "_generated_ppo_trainer.yaml"
-VEOMNI_FILE = "_generated_ppo_veomni_trainer.yaml"
+CONFIG_DIR = Path("verl/trainer/config")
+GENERATED = re.compile(r"^_generated_ppo(?:_(?P<engine>[a-z0-9]+))?_trainer\.yaml$")
 DEFAULT_OUT = Path(__file__).with_name("verl_keys.json")
 
 
@@ -54,27 +60,45 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def build(src_dir: Path) -> dict[str, Any]:
-    fsdp = flatten(_load_yaml(src_dir / FSDP_FILE))
-    veomni = flatten(_load_yaml(src_dir / VEOMNI_FILE))
-    revision = (src_dir / "REVISION").read_text(encoding="utf-8").split()[0]
-    keys = dict(fsdp)
-    for key, value in veomni.items():
-        keys.setdefault(key, value)
-    differs = {k: v for k, v in veomni.items() if k not in fsdp or fsdp[k] != v}
+def engine_files(src_dir: Path) -> dict[str, Path]:
+    """engine -> generated config file (``dp`` first, then by name)."""
+    folder = src_dir / CONFIG_DIR if (src_dir / CONFIG_DIR).is_dir() else src_dir
+    found = {}
+    for path in sorted(folder.glob("_generated_ppo*_trainer.yaml")):
+        match = GENERATED.match(path.name)
+        if match:
+            found[match["engine"] or "dp"] = path
+    if "dp" not in found:
+        raise SystemExit(f"{folder}: no _generated_ppo_trainer.yaml (give a verl checkout or its config folder)")
+    return {"dp": found.pop("dp"), **found}
+
+
+def build(src_dir: Path, revision: str | None = None) -> dict[str, Any]:
+    files = engine_files(src_dir)
+    if revision is None:
+        rev_file = src_dir / "REVISION"
+        if not rev_file.is_file():
+            raise SystemExit(f"{src_dir}: no REVISION file; pass --revision (the verl commit the configs are from)")
+        revision = rev_file.read_text(encoding="utf-8").split()[0]
+    flat = {engine: flatten(_load_yaml(path)) for engine, path in files.items()}
+    keys: dict[str, Any] = {}
+    for values in flat.values():
+        for key, value in values.items():
+            keys.setdefault(key, value)
+    engines_of = {k: [e for e in flat if k in flat[e]] for k in keys}
+    names = ", ".join(f"verl/trainer/config/{p.name}" for p in files.values())
     return {
         "_source": (f"Derived from verl (https://github.com/volcengine/verl, Apache-2.0) at revision {revision}: "
-                    f"verl/trainer/config/{FSDP_FILE} and {VEOMNI_FILE}, the fully resolved default trainer "
-                    "configs. Values are verl's defaults; ${...} strings are OmegaConf interpolations kept "
-                    "verbatim; '???' marks a mandatory value."),
-        "_generator": "python -m harness.verl.build_keys DIR (DIR holds the two yaml files and REVISION)",
+                    f"{names}, the fully resolved default trainer configs of each engine. Values are verl's "
+                    "defaults; ${...} strings are OmegaConf interpolations kept verbatim; '???' marks a mandatory "
+                    "value."),
+        "_generator": "python -m harness.verl.build_keys VERL_CHECKOUT --revision REV",
         "revision": revision,
+        "engines": {engine: path.name for engine, path in files.items()},
         "keys": dict(sorted(keys.items())),
-        "veomni": dict(sorted(differs.items())),
-        "only": {
-            "fsdp": sorted(k for k in fsdp if k not in veomni),
-            "veomni": sorted(k for k in veomni if k not in fsdp),
-        },
+        "engines_of": {k: v for k, v in sorted(engines_of.items()) if len(v) < len(flat)},
+        "defaults": {engine: {k: v for k, v in sorted(values.items()) if keys[k] != v}
+                     for engine, values in flat.items()},
     }
 
 
@@ -84,10 +108,11 @@ def render(data: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("src", type=Path, help="folder with verl's generated trainer yaml files and REVISION")
+    parser.add_argument("src", type=Path, help="a verl checkout, or a folder with its generated trainer yaml files")
+    parser.add_argument("--revision", help="the verl commit the configs are from (else DIR/REVISION)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    args.out.write_text(render(build(args.src)), encoding="utf-8")
+    args.out.write_text(render(build(args.src, args.revision)), encoding="utf-8")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -7,7 +7,9 @@ unresolved, and code-loading keys the launcher turns on — the template recipe'
 template is the shipped recipe of the model family. ``scales`` and the smoke patches of
 ``profiles`` come from the template; each profile's ``full`` patch spreads the launcher's world
 size (nnodes × n_gpus_per_node) over that profile's devices per node (profiles that cannot hold
-it get no ``full`` scale). Where each field came from, the overrides no recipe field holds and the
+it get no ``full`` scale), and a (profile, scale) pair the schema or the safety rules refuse (e.g.
+a rollout TP group larger than the profile's devices per node) is dropped with a note, so the
+recipe written passes ``harness validate``. Where each field came from, the overrides no recipe field holds and the
 lint findings are written to a sidecar ``NAME.import.json``.
 """
 
@@ -20,6 +22,8 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.recipe import deep_merge, get_dotted, load_recipe_file, recipe_names, recipe_path, set_dotted
+from harness.safety import RuleContext, run_rules
+from harness.safety.check import iter_errors
 from harness.safety.code_loading import is_code_loading_key, is_enabled
 from harness.schema import schema_errors
 from harness.verl.lint import LintResult, TrainerCall, recipe_for_model
@@ -27,6 +31,7 @@ from harness.verl.mapping import MODEL_PATH, NO_VERL_DEFAULT, mapped_keys
 from harness.verl.overrides import MISSING, get_path
 
 SOURCE_MARK = "# source launcher:"
+IMPORTABLE_ENGINES = ("dp", "veomni")  # the engines a recipe's actor strategy names (harness.verl.mapping)
 
 
 @dataclass
@@ -73,10 +78,12 @@ def import_launcher(result: LintResult, name: str, family: str | None, script_te
         raise HarnessError("no verl trainer command line found", file=result.file,
                            fix="import the script that runs `python3 -m verl.trainer.main_ppo ...`")
     call = result.calls[0]
-    if call.engine is None:
-        raise HarnessError("the trainer command uses a config whose keys are not shipped (only verl's ppo_trainer "
-                           "with model_engine dp or veomni)", file=result.file, key_path=f"line {call.line}",
-                           fix="import a launcher of the default ppo_trainer config")
+    if call.engine not in IMPORTABLE_ENGINES:
+        what = f"model_engine {call.engine}" if call.engine else "a config whose keys are not known statically"
+        raise HarnessError(f"the trainer command uses {what}; recipes run verl's "
+                           f"{' or '.join(IMPORTABLE_ENGINES)} engine", file=result.file,
+                           key_path=f"line {call.line}", fix="import a launcher of the ppo_trainer config with "
+                           "model_engine dp (FSDP) or veomni")
     model_value = _model_text(call)
     template_name, template = template_for(family, model_value)
     source = source_of(script_text, result.file)
@@ -210,15 +217,28 @@ def _validate(out: Imported, template: dict[str, Any]) -> None:
             except HarnessError as err:
                 merged, errs = None, [("", err.message, "")]
             else:
-                errs = schema_errors(merged, "resolved-recipe")
+                errs = schema_errors(merged, "resolved-recipe") or _rule_errors(merged, prof_name)
             if errs:
                 del scales[scale]
                 out.notes.append(f"profile {prof_name} scale {scale} dropped: {errs[0][1]}")
         if not scales:
             del out.recipe["profiles"][prof_name]
     if not out.recipe["profiles"]:
-        raise HarnessError("no (profile, scale) pair of the imported recipe resolves",
-                           fix="check the launcher's trainer.nnodes / n_gpus_per_node")
+        why = "; ".join(n for n in out.notes if " dropped: " in n)[:600]
+        raise HarnessError(f"no (profile, scale) pair of the imported recipe passes `harness validate` ({why})",
+                           fix="fix the launcher's errors (`harness lint-verl`), or its trainer.nnodes / "
+                               "n_gpus_per_node for a shipped profile")
+
+
+def _rule_errors(config: dict[str, Any], profile_name: str) -> list[tuple[str, str, str]]:
+    """The safety rules' errors for one resolved (profile, scale) pair, as ``harness validate`` runs them."""
+    from harness.profiles import load_profile
+
+    model = config.get("model")
+    arch = model.get("architecture") if isinstance(model, dict) else None
+    ctx = RuleContext(config=config, profile=load_profile(profile_name),
+                      architecture=arch if isinstance(arch, dict) else None)
+    return [(f.key or "", f"{f.rule}: {f.message}", f.fix) for f in iter_errors(run_rules(ctx))]
 
 
 _NONE = object()

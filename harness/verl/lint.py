@@ -19,7 +19,7 @@ from harness.errors import HarnessError
 from harness.safety import RULES, Finding, RuleContext, run_rules
 from harness.safety import rules as _shared_rules  # noqa: F401  (registers the shared rules first)
 from harness.verl.bashparse import Arg, Evaluation, Invocation, ScriptError, evaluate_script
-from harness.verl.overrides import (ENGINES, HYDRA_FLAGS, MISSING, Override, get_path, known_key, merged_config,
+from harness.verl.overrides import (HYDRA_FLAGS, MISSING, Override, engines, get_path, known_key, merged_config,
                                     parse_override, set_path)
 
 # Shared safety rules that mirror verl's own startup checks (the rest are about this harness's engine).
@@ -68,7 +68,7 @@ class TrainerCall:
     line: int
     program: str
     overrides: list[Override]
-    engine: str | None  # dp | veomni | None (keys not shipped for the chosen config)
+    engine: str | None  # dp | megatron | torchtitan | veomni | None (not known statically)
     config: dict[str, Any]
     lines: dict[str, int]
     unresolved: dict[str, Override] = field(default_factory=dict)
@@ -157,6 +157,7 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
 def _lint_call(inv: Invocation, profile: dict[str, Any] | None, out: list[Finding]) -> TrainerCall:
     overrides: list[Override] = []
     config_name = None
+    opaque: list[int] = []  # lines of arguments whose key is not known statically
     args = list(inv.args)
     k = 0
     while k < len(args):
@@ -173,8 +174,9 @@ def _lint_call(inv: Invocation, profile: dict[str, Any] | None, out: list[Findin
                 config_name = value
             continue
         ov = parse_override(arg.text, arg.line, arg.unknown)
-        if ov is None:
+        if ov is None or "$" in ov.key:
             if arg.unknown:
+                opaque.append(arg.line)
                 if not all(u.kind == "undefined" for u in arg.unknown):
                     out.append(_unresolved(arg, None))
             else:
@@ -186,8 +188,10 @@ def _lint_call(inv: Invocation, profile: dict[str, Any] | None, out: list[Findin
         overrides.append(ov)
     engine = _engine(overrides, config_name, inv.line, out)
     _duplicates(overrides, out)
+    judged: list[Finding] = []  # findings that hold only if no unresolved argument changes the config
+    replaced = _group_packages(overrides, out)
     if engine is not None:
-        _key_checks(overrides, engine, out)
+        _key_checks(overrides, engine, out, judged, replaced)
     config = merged_config(overrides, engine or "dp")
     lines: dict[str, int] = {}
     unresolved: dict[str, Override] = {}
@@ -200,11 +204,43 @@ def _lint_call(inv: Invocation, profile: dict[str, Any] | None, out: list[Findin
             set_path(config, ov.key, ov.raw.split("=", 1)[-1])  # rules skip a value that is not plain
     call = TrainerCall(inv.line, inv.program, overrides, engine, config, lines, unresolved, config_name)
     if engine is not None:
-        _missing(call, out)
+        _missing(call, judged)
     ctx = RuleContext(config=config, profile=profile, architecture=architecture_for(config), lines=lines)
     for f in run_rules(ctx, only=VERL_RULES):
-        out.append(f if f.line is not None else replace(f, line=inv.line))
+        judged.append(_as_verl_checks_it(f if f.line is not None else replace(f, line=inv.line), engine, config))
+    out.extend(_unproven(judged, opaque, engine is None or bool(replaced)))
     return call
+
+
+def _as_verl_checks_it(f: Finding, engine: str | None, config: dict[str, Any]) -> Finding:
+    """A shared rule's error where verl itself does not fail that way becomes a warning saying why: the
+    batch rules assume FSDP's data-parallel size (megatron's is world / (tp × pp × cp)) and verl skips the
+    batch check under dynamic batch sizes; a rollout TP group larger than a node is run across nodes."""
+    if f.severity != "error":
+        return f
+    why = None
+    if f.rule in ("batch-divisible-by-world", "mini-batch-vs-train-batch") and engine == "megatron":
+        why = "verl's megatron engine sizes batches by world / (tp × pp × cp), which this check does not model"
+    elif f.rule == "batch-divisible-by-world" and get_path(config, "actor_rollout_ref.actor.use_dynamic_bsz") is True:
+        why = "verl skips this check when actor.use_dynamic_bsz is on"
+    elif f.rule == "rollout-tp-fits" and "devices per node" in f.message:
+        why = "verl runs such a rollout replica across nodes; tensor parallelism across nodes is slow"
+    return f if why is None else replace(f, severity="warning", message=f"{f.message} ({why})")
+
+
+def _unproven(findings: list[Finding], opaque: list[int], no_defaults: bool) -> list[Finding]:
+    """Errors whose premise is not resolved statically become warnings that say why: an argument whose
+    key is unknown may set what the check found missing or wrong, and without the config's defaults
+    a check reads values verl may not have."""
+    if not opaque and not no_defaults:
+        return findings
+    if opaque:
+        where = ", ".join(str(n) for n in dict.fromkeys(opaque))
+        why = f"unless the argument(s) on line(s) {where}, not resolved statically, change it"
+    else:
+        why = "if the config's defaults are the ones verl ships; this command selects a config they do not cover"
+    return [f if f.severity != "error" else replace(f, severity="warning", message=f"{f.message} ({why})")
+            for f in findings]
 
 
 def _passthrough(arg: Arg, out: list[Finding]) -> bool:
@@ -237,22 +273,36 @@ def _unresolved(arg: Arg, key: str | None) -> Finding:
                         arg.line, key)
 
 
+# --config-name -> the engine its defaults select (verl's ppo_megatron_trainer.yaml is ppo_trainer with
+# model_engine megatron)
+CONFIG_ENGINES = {"ppo_trainer": "dp", "ppo_megatron_trainer": "megatron"}
+
+
 def _engine(overrides: list[Override], config_name: str | None, line: int, out: list[Finding]) -> str | None:
-    engine = "dp"
-    for ov in overrides:
-        if ov.key == "model_engine" and not ov.unknown:
-            engine = str(ov.value)
-    if config_name not in (None, "ppo_trainer"):
-        out.append(lint_finding("unresolved-value", f"--config-name {config_name}: only verl's ppo_trainer defaults "
-                                "are shipped, so key names and defaults are not checked", "lint a launcher of the "
-                                "default ppo_trainer config", line))
+    name = (config_name or "ppo_trainer").removesuffix(".yaml")
+    if name not in CONFIG_ENGINES:
+        out.append(lint_finding("unresolved-value", f"--config-name {config_name}: only the defaults of verl's "
+                                f"{' and '.join(CONFIG_ENGINES)} configs are shipped, so key names and defaults are "
+                                "not checked", "lint a launcher of one of those configs", line))
         return None
-    if engine not in ENGINES:
-        out.append(lint_finding("unresolved-value", f"model_engine={engine}: only the dp (FSDP) and veomni engine "
-                                "defaults are shipped, so key names are not checked", "use model_engine=dp or veomni",
-                                line, "model_engine"))
+    engine = CONFIG_ENGINES[name]
+    for ov in overrides:
+        if ov.key == "model_engine":
+            if ov.unknown:
+                out.append(_unresolved_engine(ov, line))
+                return None
+            engine = str(ov.value)
+    if engine not in engines():
+        out.append(lint_finding("unresolved-value", f"model_engine={engine}: verl {_revision()} ships no such engine "
+                                f"config ({', '.join(engines())}), so key names are not checked",
+                                f"use one of {', '.join(engines())}", line, "model_engine"))
         return None
     return engine
+
+
+def _unresolved_engine(ov: Override, line: int) -> Finding:
+    return lint_finding("unresolved-value", f"model_engine cannot be resolved statically ({ov.raw}): key names "
+                        "are not checked", "write the engine in the script", ov.line or line, "model_engine")
 
 
 def _duplicates(overrides: list[Override], out: list[Finding]) -> None:
@@ -269,23 +319,61 @@ def _duplicates(overrides: list[Override], out: list[Finding]) -> None:
                 "others are dead", f"keep one {key} override", ov.line, key))
 
 
-def _key_checks(overrides: list[Override], engine: str, out: list[Finding]) -> None:
+def _group_packages(overrides: list[Override], out: list[Finding]) -> tuple[str, ...]:
+    """Config packages a Hydra group override replaces (``actor@actor_rollout_ref.actor=mlite_actor``):
+    their keys come from a config whose keys are not shipped, so they are not checked."""
+    packages = []
+    for ov in overrides:
+        if not ov.is_group or ov.key == "model_engine":
+            continue
+        group, _, package = ov.key.partition("@")
+        package = package or group.replace("/", ".")
+        packages.append(package)
+        out.append(lint_finding("unresolved-value", f"{ov.raw} selects the {group} config {ov.value_text!r}: its "
+                                f"keys are not shipped, so keys under {package} are not checked",
+                                "use the engine's own config group (model_engine=...) to have them checked",
+                                ov.line, ov.key))
+    return tuple(packages)
+
+
+def _key_checks(overrides: list[Override], engine: str, out: list[Finding], judged: list[Finding],
+                replaced: tuple[str, ...] = ()) -> None:
     for ov in overrides:
         if ov.is_group or ov.key.startswith("hydra.") or "$" in ov.key:
             continue
+        if any(ov.key == p or ov.key.startswith(p + ".") for p in replaced):
+            continue
         known = known_key(ov.key, engine)
         if ov.prefix in ("", "~") and not known:
+            verb = "delete" if ov.prefix == "~" else "set"
+            owners = [e for e in engines() if e != engine and known_key(ov.key, e)]
+            if owners:  # the engine choice could come from an unresolved argument
+                judged.append(lint_finding(
+                    "unknown-key", f"{ov.key} belongs to the {' / '.join(owners)} engine config, not to the {engine} "
+                    f"engine this command selects: Hydra cannot {verb} it and verl refuses to start",
+                    f"select the engine with model_engine={owners[0]} (an override of its own, not under "
+                    "actor_rollout_ref), or remove the key", ov.line, ov.key))
+                continue
             close = _close_key(ov.key, engine)
             hint = f"did you mean '{close}'? otherwise " if close else ""
-            verb = "delete" if ov.prefix == "~" else "set"
             todo = f"add it with +{ov.key}=... if verl reads it" if ov.prefix == "" else "remove it"
             out.append(lint_finding(
                 "unknown-key", f"verl's config ({engine} engine, verl {_revision()}) has no key {ov.key}: Hydra cannot "
                 f"{verb} it and verl refuses to start", hint + todo, ov.line, ov.key))
-        elif ov.prefix == "+" and known:
+        elif ov.prefix == "+" and known and _append_refused(ov, engine):
             out.append(lint_finding(
                 "append-existing-key", f"+{ov.key} adds a key verl's config already has: Hydra refuses it",
                 f"write {ov.key}=... (or ++{ov.key}=... to set it either way)", ov.line, ov.key))
+
+
+def _append_refused(ov: Override, engine: str) -> bool:
+    """Hydra refuses ``+key=value`` only where the key holds a value that is not null and the new value
+    is not a mapping or list (those are merged)."""
+    from harness.verl.overrides import engine_defaults
+
+    if isinstance(ov.value, (dict, list)):
+        return False
+    return engine_defaults(engine).get(ov.key, "section") is not None
 
 
 def _missing(call: TrainerCall, out: list[Finding]) -> None:

@@ -7,7 +7,8 @@ strings, ``[a,b]``, ``{k: v}``); ``${...}`` stays an OmegaConf interpolation and
 merging, like OmegaConf would (``${oc.select:key,default}``, ``${key}``, ``${.sibling}``).
 
 Known keys and defaults come from ``verl_keys.json`` (see :mod:`harness.verl.build_keys`); the
-engine view is picked by the ``model_engine`` override (``dp``, the default, or ``veomni``).
+engine view is picked by the ``model_engine`` override (``dp``, the default, ``megatron``,
+``torchtitan`` or ``veomni``) or by ``--config-name ppo_megatron_trainer``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 KEYS_FILE = Path(__file__).with_name("verl_keys.json")
-ENGINES = ("dp", "veomni")
 GROUPS = {"model_engine"}  # Hydra config groups selected on the command line
 HYDRA_FLAGS = {"--config-path", "--config-name", "--config-dir", "-cp", "-cn", "-cd"}
 MISSING = "???"
@@ -33,14 +33,18 @@ def verl_keys() -> dict[str, Any]:
         return json.load(fh)
 
 
+def engines() -> tuple[str, ...]:
+    """The engines whose defaults are shipped (``dp`` first): the values ``model_engine`` may take."""
+    return tuple(verl_keys()["engines"])
+
+
 @functools.cache
 def engine_defaults(engine: str) -> dict[str, Any]:
-    """dotted key -> default for one engine (``dp`` = FSDP, ``veomni``)."""
+    """dotted key -> default for one engine (``dp`` = FSDP, ``megatron``, ``torchtitan``, ``veomni``)."""
     data = verl_keys()
-    other = "fsdp" if engine == "veomni" else "veomni"
-    out = {k: v for k, v in data["keys"].items() if k not in set(data["only"][other])}
-    if engine == "veomni":
-        out.update(data["veomni"])
+    has = data["engines_of"]
+    out = {k: v for k, v in data["keys"].items() if k not in has or engine in has[k]}
+    out.update(data["defaults"][engine])
     return out
 
 

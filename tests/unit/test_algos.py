@@ -55,9 +55,9 @@ def ref_agg(loss, mask, mode, constant=None):
     if mode == "token-mean":
         n = sum(len(r) for r in rows)
         return sum(float(r.sum()) for r in rows) / n if n else 0.0
+    if mode == "token-sum":
+        return sum(float(r.sum()) for r in rows)
     c = loss.shape[1] if constant is None else constant
-    if mode == "seq-mean-token-sum-norm":  # verl: sum of sequence sums / constant
-        return sum(float(r.sum()) for r in rows) / c
     vals = []
     for r in rows:
         if len(r) == 0:
@@ -66,6 +66,32 @@ def ref_agg(loss, mask, mode, constant=None):
         vals.append({"seq-mean-token-sum": s, "seq-mean-token-mean": s / len(r),
                      "seq-mean-token-sum-norm": s / c}[mode])
     return sum(vals) / len(vals) if vals else 0.0
+
+
+def verl_agg(loss_mat, loss_mask, mode, dp_size=1, batch_num_tokens=None, global_batch_size=None,
+             loss_scale_factor=None):
+    """verl's ``agg_loss`` (verl/trainer/ppo/core_algos.py at the pinned revision), written out in float64."""
+    loss_mat, loss_mask = loss_mat.double(), loss_mask.double()
+    masked_sum = lambda x, m: (x * m).sum()  # noqa: E731  (verl_F.masked_sum)
+    if mode == "token-mean":
+        n = loss_mask.sum() if batch_num_tokens is None else batch_num_tokens
+        return masked_sum(loss_mat, loss_mask) / n * dp_size
+    if mode == "token-sum":
+        return masked_sum(loss_mat, loss_mask) * dp_size
+    if mode in ("seq-mean-token-sum", "seq-mean-token-sum-norm"):
+        seq_losses = (loss_mat * loss_mask).sum(-1)
+        seq_mask = (loss_mask.sum(-1) > 0).double()
+        gbs = seq_mask.sum() if global_batch_size is None else global_batch_size
+        out = masked_sum(seq_losses, seq_mask) / gbs * dp_size
+        if mode == "seq-mean-token-sum-norm":
+            out = out / (loss_mask.shape[-1] if loss_scale_factor is None else loss_scale_factor)
+        return out
+    assert mode == "seq-mean-token-mean"
+    n_tok = loss_mask.sum(-1)
+    seq_losses = (loss_mat * loss_mask).sum(-1) / (n_tok + 1e-8)
+    seq_mask = (n_tok > 0).double()
+    gbs = seq_mask.sum() if global_batch_size is None else global_batch_size
+    return masked_sum(seq_losses, seq_mask) / gbs * dp_size
 
 
 def ref_policy(old, new, adv, mask, lo=0.2, hi=0.2, c=3.0):
@@ -249,8 +275,9 @@ def test_agg_loss_hand_values():
     assert A.agg_loss(loss, mask, "token-mean").item() == pytest.approx(3.0)
     assert A.agg_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx(7.5)
     assert A.agg_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx(3.25)
-    assert A.agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(5.0)
-    assert A.agg_loss(loss, mask, "seq-mean-token-sum-norm", 5).item() == pytest.approx(3.0)
+    assert A.agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(2.5)  # 7.5 / T=3
+    assert A.agg_loss(loss, mask, "seq-mean-token-sum-norm", 5).item() == pytest.approx(1.5)
+    assert A.agg_loss(loss, mask, "token-sum").item() == pytest.approx(15.0)
 
 
 @pytest.mark.parametrize("mode", A.AGG_MODES)
@@ -294,6 +321,53 @@ def test_agg_loss_split_property(B, T, mode, seed):
     full = A.agg_loss(loss, mask, mode, norm_constant=T)
     assert _split_sum(loss, mask, mode, cuts).item() == pytest.approx(full.item(), rel=1e-9, abs=1e-12)
     assert full.item() == pytest.approx(ref_agg(loss.numpy(), mask.numpy(), mode, T), rel=1e-9, abs=1e-12)
+
+
+# seq-mean-token-mean: verl adds 1e-8 to a row's token count (algos departure 3)
+VERL_REL = {"seq-mean-token-mean": 1e-8}
+
+
+def _verl_case(seed, B=10, T=7):
+    g = torch.Generator().manual_seed(seed)
+    loss = torch.randn(B, T, generator=g, dtype=torch.float64)
+    mask = rand_mask(g, B, T, p_empty=0.3)
+    mask[1] = 0
+    return loss, mask
+
+
+@pytest.mark.parametrize("mode", A.AGG_MODES)
+@pytest.mark.parametrize("constant", [None, 11.0])
+def test_agg_loss_matches_verl_formulas(mode, constant):
+    loss, mask = _verl_case(5)
+    rel = VERL_REL.get(mode, 1e-12)
+    want = verl_agg(loss, mask, mode, loss_scale_factor=constant)
+    assert A.agg_loss(loss, mask, mode, constant).item() == pytest.approx(want.item(), rel=rel)
+    # micro-batches with the mini-batch's global denominators: the parts sum to the whole
+    gt, gs = mask.sum(), (mask.sum(-1) > 0).sum()
+    bounds = [0, 3, 4, 10]
+    ours = [A.agg_loss(loss[a:b], mask[a:b], mode, constant, global_tokens=gt, global_seqs=gs)
+            for a, b in zip(bounds[:-1], bounds[1:])]
+    theirs = [verl_agg(loss[a:b], mask[a:b], mode, batch_num_tokens=gt, global_batch_size=gs,
+                       loss_scale_factor=constant) for a, b in zip(bounds[:-1], bounds[1:])]
+    assert sum(p.item() for p in ours) == pytest.approx(want.item(), rel=rel)
+    for o, t in zip(ours, theirs):
+        assert o.item() == pytest.approx(t.item(), rel=rel, abs=1e-15)
+    # data-parallel ranks: verl scales by dp_size and the gradient is averaged over ranks
+    dp = [verl_agg(loss[a:b], mask[a:b], mode, dp_size=2, batch_num_tokens=gt, global_batch_size=gs,
+                   loss_scale_factor=constant) for a, b in ((0, 5), (5, 10))]
+    assert (dp[0] + dp[1]).item() / 2 == pytest.approx(want.item(), rel=rel)
+
+
+@pytest.mark.parametrize("mode", A.AGG_MODES)
+def test_agg_loss_matches_verl_itself(mode):
+    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    loss, mask = _verl_case(6)
+    rel = VERL_REL.get(mode, 1e-12)
+    gt, gs = mask.sum(), (mask.sum(-1) > 0).sum()
+    for a, b in ((0, 4), (4, 10)):
+        want = core_algos.agg_loss(loss[a:b], mask[a:b].double(), mode, batch_num_tokens=gt, global_batch_size=gs)
+        got = A.agg_loss(loss[a:b], mask[a:b], mode, global_tokens=gt, global_seqs=gs)
+        assert got.item() == pytest.approx(float(want), rel=rel, abs=1e-15)
 
 
 def test_agg_loss_errors():
@@ -400,7 +474,7 @@ def test_policy_loss_passes_agg_kwargs_and_validates():
     loss, _ = A.policy_loss(old, new, adv, m, global_tokens=12)
     assert loss.item() == pytest.approx(-0.5)
     loss, _ = A.policy_loss(old, new, adv, m, agg_mode="seq-mean-token-sum-norm", norm_constant=6)
-    assert loss.item() == pytest.approx(-1.0)  # Σ of 6 token losses of −1, / 6
+    assert loss.item() == pytest.approx(-0.5)  # mean of 2 sequence sums of −3, / 6
     for bad in ({"clip_ratio_c": 1.0}, {"clip_low": 1.0}, {"clip_low": -0.1}, {"clip_high": -0.1}):
         with pytest.raises(ValueError):
             A.policy_loss(old, new, adv, m, **bad)
@@ -480,7 +554,7 @@ def test_name_tuples_match_registries():
     assert set(A.KL_KINDS) == {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"} == set(A.KL_REGISTRY)
     assert A.KL_KINDS == tuple(sorted(A.KL_KINDS))
     assert set(A.AGG_MODES) == {
-        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+        "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
     }
     assert A.get_adv_estimator("grpo") is A.grpo_advantages
     assert A.get_policy_loss("vanilla") is A.policy_loss

@@ -200,6 +200,9 @@ def test_trainer_command_forms(launcher: str) -> None:
     ("for ((i = 0; i < 2; i++)); do echo $i; done\npython3 -m verl.trainer.main_ppo trainer.nnodes=4\n", 4),
     ("function run() {\n  python3 -m verl.trainer.main_ppo trainer.nnodes=5\n}\n# a comment\nrun\n", 5),
     ("A[2]=6\npython3 -m verl.trainer.main_ppo trainer.nnodes=${A[2]}\n", 6),
+    ("N='1'\\\n'2'\npython3 -m verl.trainer.main_ppo trainer.nnodes=$N\n", 12),  # one word across lines
+    ("case \"$1\" in\n  a) N=3 ;;\n  *) N=3 ;;\nesac\npython3 -m verl.trainer.main_ppo trainer.nnodes=$N\n", 3),
+    ("E=()\npython3 -m verl.trainer.main_ppo \"${E[@]}\" trainer.nnodes=4 \"${E[@]:-}\"\n", 4),
     ("(N=1)\n{ N=7; }\npython3 -m verl.trainer.main_ppo trainer.nnodes=$N\n", 7),
 ])
 def test_more_constructs(script: str, nnodes: int) -> None:
@@ -208,9 +211,11 @@ def test_more_constructs(script: str, nnodes: int) -> None:
 
 @pytest.mark.parametrize("text, where", [
     ("set -u\r\nX=1\r\n", "line 1"),  # CRLF: bash itself fails
-    ("select x in a b; do break; done\n", "select"),
+    ("if true; then\n  echo x\n", "line 3"),  # no fi
     ("echo \"unterminated\n", "line 1"),
-    ("cat <<EOF\nno end\n", "line 1"),
+    ("X=1\nfi\n", "line 2: bash syntax error near unexpected token 'fi'"),
+    ("X=ab\n" + "X=$X$X\n" * 34 + "python3 -m verl.trainer.main_ppo a=$X\n", "grows past 131,072 characters"),
+    ("X=abcdefghijklmnop\n" + "X=$X$X\n" * 12 + "echo $X $X $X $X\n" * 200, "add up to more than"),
 ])
 def test_unparseable_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, where: str) -> None:
     script = tmp_path / "bad.sh"
@@ -234,9 +239,33 @@ def test_hydra_prefixes_and_flags() -> None:
     assert {f.rule for f in ok.errors} == {"missing-mandatory", "micro-batch-exclusive"}
     bad = lint_text("python3 -m verl.trainer.main_ppo ~trainer.no_such_key notanoverride\n")
     assert [f.rule for f in bad.findings].count("unknown-key") == 2
-    other = lint_text("python3 -m verl.trainer.main_ppo --config-name ppo_megatron_trainer trainer.foo=1\n")
+    other = lint_text("python3 -m verl.trainer.main_ppo --config-name my_trainer trainer.foo=1\n")
     assert "unknown-key" not in {f.rule for f in other.findings}
     assert "unresolved-value" in {f.rule for f in other.findings}
+
+
+@pytest.mark.parametrize(("flags", "engine"), [("--config-name ppo_megatron_trainer", "megatron"),
+                                                ("--config-name='ppo_megatron_trainer.yaml'", "megatron"),
+                                                ("model_engine=megatron", "megatron"),
+                                                ("model_engine=torchtitan", "torchtitan"), ("", "dp")])
+def test_engine_keys_follow_the_config(flags: str, engine: str) -> None:
+    script = (f"python3 -m verl.trainer.main_ppo {flags} actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2 "
+              "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size=1 trainer.foo=1\n")
+    result = lint_text(script)
+    assert result.calls[0].engine == engine
+    unknown = {f.key for f in result.findings if f.rule == "unknown-key"}
+    megatron_keys = {"actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+                     "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size"}
+    assert unknown == {"trainer.foo"} | (set() if engine == "megatron" else megatron_keys)
+
+
+def test_append_allowed_where_hydra_allows_it() -> None:
+    """Hydra refuses +key=value only over a value that is not null (and a scalar, not a mapping)."""
+    script = ("python3 -m verl.trainer.main_ppo model_engine=megatron "
+              "+actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform "
+              "+actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused\n")
+    found = [f.key for f in lint_text(script).findings if f.rule == "append-existing-key"]
+    assert found == ["actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend"]
 
 
 def test_engine_selects_known_keys() -> None:
@@ -278,15 +307,23 @@ def test_verl_keys_header() -> None:
     data = verl_keys()
     assert "Apache-2.0" in data["_source"] and len(data["revision"]) == 40
     assert data["keys"]["actor_rollout_ref.rollout.max_model_len"] is None
-    assert data["veomni"]["actor_rollout_ref.actor.strategy"] == "veomni"
+    assert set(data["engines"]) == {"dp", "megatron", "torchtitan", "veomni"}
+    assert data["defaults"]["veomni"]["actor_rollout_ref.actor.strategy"] == "veomni"
+    assert data["engines_of"]["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == ["megatron"]
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="verl reference configs not available")
-def test_verl_keys_regenerate_identically() -> None:
-    pytest.importorskip("yaml")
-    from harness.verl.build_keys import DEFAULT_OUT, build, render
+def test_verl_keys_reproduce_each_engine_config() -> None:
+    """Each engine view of the shipped JSON is exactly the flattened generated config it came from."""
+    yaml = pytest.importorskip("yaml")
+    from harness.verl.build_keys import engine_files, flatten
+    from harness.verl.overrides import engine_defaults, verl_keys
 
-    assert render(build(SHARED)) == DEFAULT_OUT.read_text(encoding="utf-8")
+    files = engine_files(SHARED)
+    assert files and set(files) <= set(verl_keys()["engines"])
+    for engine, path in files.items():
+        assert engine_defaults(engine) == flatten(yaml.safe_load(path.read_text(encoding="utf-8"))), engine
+    assert (SHARED / "REVISION").read_text().split()[0] == verl_keys()["revision"]
 
 
 # ----------------------------------------------------------------------------- robustness
@@ -308,10 +345,40 @@ def test_random_text_never_crashes(text: str) -> None:
 @pytest.mark.parametrize("text", ["A=(do|[) done", "A=(x;y)", "A=(a & b)", "A=(<in)"])
 def test_metacharacter_in_an_array_literal_is_a_syntax_error(text: str) -> None:
     """Found by the fuzz test: the array scanner made no progress on a metacharacter and looped."""
-    with pytest.raises(ScriptError, match="unexpected token .* in an array literal"):
+    with pytest.raises(ScriptError, match="bash syntax error") as err:
         lint_text(text)
+    assert err.value.line == 1
 
 
 def test_evaluate_reports_issue_offsets() -> None:
     ev = evaluate_script("set -u\necho $A\n")
     assert [ev.line(i.pos) for i in ev.issues] == [2]
+
+
+def test_group_override_leaves_its_package_unchecked() -> None:
+    script = ("python3 -m verl.trainer.main_ppo actor@actor_rollout_ref.actor=mlite_actor "
+              "actor_rollout_ref.actor.engine.tp=2 actor_rollout_ref.rollout.no_such_key=1\n")
+    findings = lint_text(script).findings
+    assert [f.key for f in findings if f.rule == "unknown-key"] == ["actor_rollout_ref.rollout.no_such_key"]
+    assert any(f.rule == "unresolved-value" and "mlite_actor" in f.message for f in findings)
+    assert not [f for f in findings if f.severity == "error" and f.rule != "unknown-key"]
+
+
+@pytest.mark.parametrize(("script", "rule"), [
+    ("python3 -m verl.trainer.main_ppo model_engine=megatron data.train_batch_size=3 actor_rollout_ref.rollout.n=1 "
+     "trainer.n_gpus_per_node=8 trainer.nnodes=1\n", "batch-divisible-by-world"),
+    ("python3 -m verl.trainer.main_ppo data.train_batch_size=3 actor_rollout_ref.rollout.n=1 "
+     "actor_rollout_ref.actor.use_dynamic_bsz=True trainer.n_gpus_per_node=8 trainer.nnodes=1\n",
+     "batch-divisible-by-world"),
+    ("python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.tensor_model_parallel_size=16 "
+     "trainer.n_gpus_per_node=8 trainer.nnodes=2\n", "rollout-tp-fits"),
+])
+def test_checks_verl_does_not_make_are_warnings(script: str, rule: str) -> None:
+    found = [f for f in lint_text(script).findings if f.rule == rule]
+    assert found and all(f.severity == "warning" and "verl" in f.message for f in found)
+
+
+def test_fsdp_batch_check_stays_an_error() -> None:
+    script = ("python3 -m verl.trainer.main_ppo data.train_batch_size=3 actor_rollout_ref.rollout.n=1 "
+              "trainer.n_gpus_per_node=8 trainer.nnodes=1\n")
+    assert "batch-divisible-by-world" in {f.rule for f in lint_text(script).errors}
