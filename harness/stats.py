@@ -1,11 +1,16 @@
 """The statistics of the ``statistical`` tier, as pure functions (MLPerf RCP's procedure).
 
-A run's late-window mean of a convergence metric is tested against the distribution of the
-baseline seeds' window means: the reference centre is their **olympic mean** (the mean without
-the single lowest and highest value, as MLPerf's reference-convergence-point checker computes it,
-once there are at least 5 values), and the run fails when it lies beyond the one-sided prediction
-bound ``centre ± t(1 - alpha, n - 1) · sd · sqrt(1 + 1/n)`` in the regression direction (a
-one-sided t-test of one new observation against n references) and by more than a practical floor.
+A run's late-window mean of a convergence metric is tested against the baseline seeds' window
+means the way mlperf-logging's reference-convergence-point checker tests a submission against its
+reference runs (``RCP_Checker.compute_rcp_stats`` and ``_find_min_acceptable_mean``):
+
+- reference statistics: with at least 5 values, the **olympic** mean (the single lowest and
+  highest value dropped), the population standard deviation of all values, and n - 2 samples;
+  with fewer, the plain mean, the sample standard deviation and n;
+- the run fails when it lies beyond the one-sided bound ``centre ± t(1 - alpha, n - 1) · sd ·
+  sqrt(1 + 1/n)`` in the regression direction (a one-sided pooled t-test of one run against n
+  references) and by more than a practical floor.
+
 Two-sided metrics use ``alpha / 2`` on each side. With several metrics tested at once, each gets
 ``alpha / m`` (Bonferroni), so the family-wise false-alarm rate stays at most ``alpha``.
 """
@@ -43,21 +48,26 @@ class Bound:
     n: int
 
 
+def reference_stats(refs: list[float]) -> tuple[float, float, int]:
+    """(centre, sd, n) of the reference values, as RCP computes them (see the module docstring)."""
+    if len(refs) >= OLYMPIC_MIN:
+        return olympic_mean(refs), statistics.pstdev(refs), len(refs) - 2
+    return math.fsum(refs) / len(refs), (statistics.stdev(refs) if len(refs) > 1 else 0.0), len(refs)
+
+
 def prediction_bound(refs: list[float], alpha: float, floor: float) -> Bound:
-    """How far a new value may fall short of the references' olympic mean before the test rejects."""
-    centre = olympic_mean(refs)
-    if len(refs) < 2:
-        return Bound(centre, 0.0, floor, len(refs))
-    sd = statistics.stdev(refs)
-    allowed = t_critical(alpha, len(refs) - 1) * sd * math.sqrt(1 + 1 / len(refs))
-    return Bound(centre, sd, max(floor, allowed), len(refs))
+    """How far a new value may fall short of the references' centre before the test rejects."""
+    centre, sd, n = reference_stats(refs)
+    if n < 2:
+        return Bound(centre, sd, floor, n)
+    allowed = t_critical(alpha, n - 1) * sd * math.sqrt(1 + 1 / n)
+    return Bound(centre, sd, max(floor, allowed), n)
 
 
 def t_statistic(x: float, refs: list[float]) -> float:
-    """(x - olympic mean) / (sd · sqrt(1 + 1/n)); +inf/-inf when the references have no spread."""
-    centre = olympic_mean(refs)
-    sd = statistics.stdev(refs) if len(refs) > 1 else 0.0
-    scale = sd * math.sqrt(1 + 1 / len(refs))
+    """(x - centre) / (sd · sqrt(1 + 1/n)) with RCP's reference statistics; ±inf when they have no spread."""
+    centre, sd, n = reference_stats(refs)
+    scale = sd * math.sqrt(1 + 1 / n)
     if scale == 0:
         return 0.0 if x == centre else math.copysign(math.inf, x - centre)
     return (x - centre) / scale

@@ -191,7 +191,7 @@ def test_statistical_bound_matches_the_t_distribution():
 
     from harness import stats
 
-    b = stats.prediction_bound([0.8, 0.9, 1.0], 0.05, 0.01)
+    b = stats.prediction_bound([0.8, 0.9, 1.0], 0.05, 0.01)  # fewer than 5: plain mean, sample sd
     assert b.centre == pytest.approx(0.9) and b.sd == pytest.approx(0.1)
     assert b.allowed == pytest.approx(st.t.ppf(0.95, 2) * 0.1 * math.sqrt(4 / 3))
     one = stats.prediction_bound([0.9], 0.05, 0.05)

@@ -4,9 +4,10 @@ RCP (mlperf_logging.rcp_checker): reference statistics, then the smallest accept
 mean found by binary search with a one-sided pooled two-sample t-test (``_find_p_value``: scipy's
 ``ttest_ind_from_stats`` with equal variances, halved to one side, alpha 0.05). For one submitted
 run against n reference runs of the same sd, that boundary is ``mean - t(1-alpha, n-1) * sd *
-sqrt(1 + 1/n)`` — the allowed shortfall of :func:`harness.compare.stat_threshold`. The RCP's own
-functions are called here on the same numbers; the olympic reference statistics (drop the lowest and
-highest run) are those of ``RCP_Checker.compute_rcp_stats``.
+sqrt(1 + 1/n)`` — the allowed shortfall of :func:`harness.stats.prediction_bound`. The RCP's own
+functions are called here on the same numbers; with 5 or more references the tier uses RCP's olympic
+statistics (``RCP_Checker.compute_rcp_stats``: lowest and highest run dropped from the mean, the
+population sd of all runs, n - 2 samples).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
 
-from harness.compare import stat_threshold
+from harness.stats import prediction_bound
 
 ALPHA = 0.05
 SEEDS = [
@@ -27,6 +28,11 @@ SEEDS = [
     [1.0, 0.98, 0.97, 0.99, 1.0, 0.96, 0.995],
     [0.3, 0.42, 0.35, 0.38],
 ]
+
+
+def stat_threshold(seeds: list[float], alpha: float, floor: float) -> tuple[float, float, float]:
+    b = prediction_bound(seeds, alpha, floor)
+    return b.centre, b.sd, b.allowed
 
 
 def rcp_boundary(mean: float, sd: float, n_ref: int, n_subm: int = 1) -> float:
@@ -47,8 +53,9 @@ def olympic(values: list[float]) -> tuple[float, int]:
 @pytest.mark.parametrize("seeds", SEEDS)
 def test_allowed_shortfall_is_the_rcp_boundary(seeds: list[float]) -> None:
     mu, sd, allowed = stat_threshold(seeds, ALPHA, 0.0)
-    assert sd == pytest.approx(statistics.stdev(seeds))
-    boundary = rcp_boundary(mu, sd, len(seeds))
+    n = len(seeds) - 2 if len(seeds) >= 5 else len(seeds)
+    assert sd == pytest.approx(float(np.std(seeds)) if len(seeds) >= 5 else statistics.stdev(seeds))
+    boundary = rcp_boundary(mu, sd, n)
     assert mu - boundary == pytest.approx(allowed, rel=1e-6, abs=1e-8)
 
 
@@ -56,8 +63,9 @@ def test_allowed_shortfall_is_the_rcp_boundary(seeds: list[float]) -> None:
 def test_pass_fail_decisions_agree(seeds: list[float]) -> None:
     mu, sd, allowed = stat_threshold(seeds, ALPHA, 0.0)
     me = SimpleNamespace()
+    n = len(seeds) - 2 if len(seeds) >= 5 else len(seeds)
     for x in (mu - 2 * allowed, mu - 1.01 * allowed, mu - 0.99 * allowed, mu, mu + allowed):
-        ok_rcp, _ = RCP_Checker._find_p_value(me, x, sd, 1, mu, sd, len(seeds), ALPHA)
+        ok_rcp, _ = RCP_Checker._find_p_value(me, x, sd, 1, mu, sd, n, ALPHA)
         ours = mu - x <= allowed
         # RCP tests "significantly below"; a run above the mean is never significantly below
         assert ours == (ok_rcp or x >= mu), (seeds, x)
@@ -65,8 +73,7 @@ def test_pass_fail_decisions_agree(seeds: list[float]) -> None:
 
 @pytest.mark.parametrize("seeds", SEEDS[1:])
 def test_olympic_reference_through_the_same_test(seeds: list[float]) -> None:
-    """With RCP's olympic statistics as the reference, the threshold is the RCP boundary too (the
-    statistical tier is being moved to the olympic mean; this pins what it must then equal)."""
+    """The tier's reference statistics are RCP's own (compute_rcp_stats), and so is its boundary."""
     mean, n = olympic(seeds)
     sd = float(np.std(seeds))
     checker = SimpleNamespace(rcp_data={"r": {"Benchmark": "b", "BS": 1, "Epochs to converge": list(seeds)}},
@@ -80,3 +87,6 @@ def test_olympic_reference_through_the_same_test(seeds: list[float]) -> None:
 
     allowed = float(stats.t.ppf(1 - ALPHA, n - 1)) * sd * (1 + 1 / n) ** 0.5
     assert mean - rec["Min Epochs"] == pytest.approx(allowed, rel=1e-6, abs=1e-8)
+    if len(seeds) >= 5:
+        ours = stat_threshold(seeds, ALPHA, 0.0)
+        assert ours == pytest.approx((rec["RCP Mean"], rec["RCP Stdev"], mean - rec["Min Epochs"]), rel=1e-6)

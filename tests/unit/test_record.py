@@ -29,15 +29,23 @@ def test_repeated_or_unordered_steps_are_refused(tmp_path: Path) -> None:
     assert [r["step"] for r in read_metrics(path)] == [1, 2]
 
 
+def _manifest(x: int) -> dict:
+    from harness.recipe import resolve
+    from harness.runner import base_manifest
+
+    return {**base_manifest(resolve("qwen3_vl_30b", "cpu", "smoke"), steps=1, runtime="local", world=1, fault={}),
+            "x": x}
+
+
 def test_record_refuses_an_existing_run_and_links(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    rec = RunRecord(run, {"x": 1})
+    rec = RunRecord(run, _manifest(1))
     rec.metrics.write(1, {"a": 0.5})
     rec.finish("complete")
     mode = stat.S_IMODE((run / "manifest.json").stat().st_mode)
     assert mode == 0o666 & ~_umask()  # the usual mode of a new file, not mkstemp's 0600
     with pytest.raises(HarnessError, match="already holds manifest.json"):
-        RunRecord(run, {"x": 2})
+        RunRecord(run, _manifest(2))
     assert load_json_strict(run / "manifest.json")["x"] == 1
     other = tmp_path / "other"
     other.mkdir()
@@ -45,7 +53,7 @@ def test_record_refuses_an_existing_run_and_links(tmp_path: Path) -> None:
     victim.write_text("keep")
     os.symlink(victim, other / MARKER)
     with pytest.raises(HarnessError, match="already exists|symbolic"):
-        RunRecord(other, {"x": 3})
+        RunRecord(other, _manifest(3))
     assert victim.read_text() == "keep"
     os.symlink(victim, tmp_path / "link.json")
     write_text_atomic(tmp_path / "link.json", "{}")  # replaces the link, never writes through it
