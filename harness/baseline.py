@@ -63,9 +63,13 @@ DEFAULT_POLICY: dict[str, Any] = {
     "band": {"rtol": 0.05, "atol": 1e-8, "k_noise": 3.0, "noise_window": 2, "failures_per_50_steps": 1},
     # the last 20 % of the steps (MLPerf RCP's late window), alpha family-wise over the metrics
     "statistical": {"window_fraction": 0.2, "alpha": 0.05, "practical_floor": 0.05},
-    # replay: k x the measured reorder noise, or the dtype's precision x the metric's RMS; a clip
-    # fraction may move by a couple of tokens (1 token ~ 1/500 of a smoke mini-batch)
-    "replay": {"k_noise": 10.0, "dtype_rtol": {"float32": 1e-5, "bfloat16": 0.03, "float16": 0.01},
+    # replay: k x the reorder noise measured when recording (running maximum up to the step), scaled by
+    # how much coarser the run's dtype rounds than the baseline's (bf16 vs fp32: 2^16); never below
+    # rtol_floor x the metric's RMS (scaled the same way) or atol. A clip fraction may move by a couple
+    # of tokens (1 token ~ 1/500 of a smoke mini-batch).
+    "replay": {"k_noise": 10.0, "rtol_floor": 1e-6,
+               "unit_roundoff": {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -11,
+                                 "bfloat16": 2.0 ** -8},
                "atol": {"*": 1e-7, "actor/pg_clipfrac": 0.005, "actor/pg_clipfrac_lower": 0.005},
                "failures_per_50_steps": 0},
     # quantile 0.9, not the median: on a shared machine (CI runners, the 2-core development box) other
@@ -256,7 +260,7 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any]
         "recipe": {"name": prim["recipe"]["name"], "hash": prim["recipe"]["hash"],
                    "config_hash": prim["recipe"]["config_hash"]},
         "profile": prim["profile"], "scale": prim["scale"],
-        "architecture": res_cfg["model"]["architecture"],
+        "architecture": res_cfg["model"]["architecture"], "dtype": res_cfg["model"]["dtype"],
         "steps": steps, "created_utc": utc_now(), "command": command,
         "primary_seed": prim["seed"], "noise_seeds": [m["seed"] for m in manifests[1:]],
         "environment": env,

@@ -295,7 +295,8 @@ def _judge(run_dir: Path, baseline_path: Path | None, forced: str | None) -> Ver
     run_env = environment.summary(manifest)
     v.changes = [{"key": c.key, "baseline": c.ref, "run": c.run, "blocks_exact": c.blocks_exact}
                  for c in environment.changes(run_env, baseline["environment"])]
-    ctx = Context(run, baseline, upto, run_env, manifest["resolved_config"]["model"]["dtype"])
+    ctx = Context(run, baseline, upto, run_env, manifest["resolved_config"]["model"]["dtype"],
+                  baseline.get("dtype", "float32"))
     v.checks, notices = evaluate(ctx, tiers, throughput=not manifest.get("replay"))
     v.notices += notices
     v.reasons = failure_reasons(v.checks)

@@ -196,11 +196,12 @@ def _policy() -> dict[str, Any]:
             "alpha": number("Family-wise significance level.", exclusive_min=0, maximum=0.5),
             "practical_floor": number("A reward shortfall must also exceed this (metric units) to fail.", 0),
         }),
-        "replay": obj("Replay tier: per step |run - ref| <= max(k_noise * reorder noise, dtype_rtol * rms(ref), "
-                      "atol).", {
+        "replay": obj("Replay tier: per step |run - ref| <= max(k_noise * c * reorder noise, rtol_floor * c * "
+                      "rms(ref), atol), c = the run dtype's unit roundoff / the baseline's.", {
             "k_noise": number("Multiple of the measured reorder noise (running maximum up to the step).", 0),
-            "dtype_rtol": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0},
-                           "description": "Run dtype -> precision, relative to the metric's RMS over the steps."},
+            "rtol_floor": number("Smallest tolerance, relative to the metric's RMS over the steps (fp32).", 0),
+            "unit_roundoff": {"type": "object", "additionalProperties": {"type": "number", "exclusiveMinimum": 0},
+                              "description": "dtype -> unit roundoff (2^-24 for float32, 2^-8 for bfloat16)."},
             "atol": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0},
                      "description": "Metric -> absolute floor ('*' for the rest)."},
             "failures_per_50_steps": integer("Failing steps allowed per metric per started 50 steps.", 0),
@@ -264,6 +265,8 @@ def baseline_schema() -> dict[str, Any]:
         "scale": string("Recipe scale.", min_length=1),
         "architecture": {"type": "object", "description": "model.architecture of the resolved config (runs of "
                                                           "another architecture are refused)."},
+        "dtype": string("model.dtype of the recorded runs (the replay tier scales its tolerance by a run's "
+                        "coarser dtype).", enum=["float32", "bfloat16", "float16", "float64"]),
         "steps": integer("GRPO steps recorded per seed.", 1),
         "created_utc": _utc("When the baseline was written."),
         "command": string("Command that recorded it.", min_length=1),

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ import numpy as np
 import torch
 
 from harness.errors import HarnessError
+from harness.jsonio import write_bytes_atomic
 
 FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "group_ids", "scores", "acc", "format")
 MAX_BYTES = 512 * 1024 * 1024  # a rollouts archive larger than this is refused unread
@@ -39,16 +38,7 @@ def _atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(buf.getvalue())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, buf.getvalue())
 
 
 def rollout_arrays(rb: Any, rewards: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:

@@ -1,10 +1,11 @@
 """Baselines and verdicts end to end on the CPU smoke recipe: the gate must catch real regressions.
 
 Budget: one baseline of 3 seeds x STEPS steps is recorded per session (in a temporary directory,
-with the real ``record-baseline`` command), then one gate run (seed 42, must pass at the exact
-tier and be bitwise identical to the baseline's primary run) and four mutation runs (lr x 100,
-KL coefficient 0, flipped advantage sign, 30 % slowdown) with two clean runs around the slowed
-one: 10 runs of STEPS steps, plus two runs killed early. STEPS is smaller than the recipe's 40; the baseline is recorded for that many
+with the real ``record-baseline`` command, which also replays the primary run once for the
+replay noise), then one gate run (seed 42, must pass at the exact tier and be bitwise identical to
+the baseline's primary run), four mutation runs (lr x 100, KL coefficient 0, flipped advantage
+sign, 30 % slowdown) with two clean runs around the slowed one, and two replays (unpinned: pass;
+lr x 100: fail): 13 runs of STEPS steps, plus two runs killed early. STEPS is smaller than the recipe's 40; the baseline is recorded for that many
 steps, so every comparison covers the same steps. A different seed under ``exact``, refusals and
 schema failures re-judge existing runs (no training). The slowed run is judged against clean runs
 made just before and after it, so that its throughput is compared under the same load.
@@ -119,7 +120,14 @@ def test_recorded_baseline(work: Path, recorded: dict[str, Path]) -> None:
     assert series["values"] == [r["critic/score/mean"] for r in rows if "critic/score/mean" in r]
     assert len(series["noise_values"]) == 2 and len(series["seed_window_means"]) == 3
     assert not any(k.startswith(NON_NUMERIC) for k in doc["metrics"])
-    assert doc["throughput"]["value"] > 0 and doc["memory"]["value"] > 0
+    (tp,) = doc["throughput"]["references"]
+    assert tp["value"] > 0 and doc["memory"]["value"] > 0 and tp["threads"] == doc["environment"]["software"]["threads"]
+    # the primary run's rollouts for the replay tier, and the reorder noise measured on them
+    rollouts = recorded["baseline"].with_name(doc["replay"]["file"])
+    assert rollouts.is_file() and sha(rollouts) == doc["replay"]["sha256"]
+    assert "actor/pg_loss" in doc["replay"]["metrics"] and "val-core/synthetic/color/reward/mean" not in \
+        doc["replay"]["metrics"]
+    assert len(doc["replay"]["noise"]["actor/pg_loss"]) == STEPS and "native" in doc["replay"]["perturbation"]
     # an existing baseline is never replaced without --force (refused before anything runs)
     before = sha(recorded["baseline"])
     proc = harness(work, "record-baseline", RECIPE, "--profile", "cpu", "--seeds", "1", "--out",
@@ -235,7 +243,7 @@ def test_slowdown_fails_throughput_only(work: Path, recorded: dict[str, Path]) -
     doc = load_baseline(recorded["baseline"])
     pol = doc["policy"]["throughput"]
     refs = [_steady_throughput(work / "runs" / n, pol) for n in ("clean-before", "clean-after")]
-    doc["throughput"]["value"] = sum(refs) / 2
+    doc["throughput"]["references"][0]["value"] = sum(refs) / 2
     same_load = work / "baselines-same-load" / "cpu-smoke.json"
     write_json_atomic(same_load, doc)
     proc = harness(work, "compare", str(work / "runs" / "slow"), "--baseline", str(same_load))
@@ -251,10 +259,34 @@ def test_different_seed_fails_under_exact(work: Path, recorded: dict[str, Path])
     v = load_json_strict(seed_run / "verdict.json")
     assert proc.returncode == 1 and v["status"] == "fail" and v["tier"] == "exact" and v["forced_tier"] == "exact"
     assert failed(v, "exact") and any("seed 43" in r for r in v["reasons"])
-    # the same run under the default choice: not exact-eligible (seed override), judged in the band
+    # the same run under the default choice: another seed cannot coincide, judged statistically
     proc = harness(work, "compare", str(seed_run), "--baseline", str(recorded["baseline"]))
     v = load_json_strict(seed_run / "verdict.json")
-    assert v["tier"] == "band" and "seed 43" in v["tier_reason"]
+    assert v["tier"] == "statistical" and v["tiers_applied"] == ["statistical"] and "seed 43" in v["tier_reason"]
+
+
+# ----------------------------------------------------------------------------- replay
+def test_unpinned_machine_replays_and_passes(work: Path, recorded: dict[str, Path]) -> None:
+    """Numerics other than the baseline's (the CPU pin lifted): `run` replays the recorded rollouts by itself."""
+    run_dir = work / "runs" / "native-replay"
+    proc = harness(work, "run", RECIPE, "--profile", "cpu", "--out", str(run_dir), "--runtime", "local", "--baseline",
+                   str(recorded["baseline"]), "--quiet", extra_env={"HARNESS_CPU_ISA": "native"})
+    v = load_json_strict(run_dir / "verdict.json")
+    assert proc.returncode == 0 and v["status"] == "pass" and v["tier"] == "replay", proc.stdout + proc.stderr[-2000:]
+    assert "replaying its recorded rollouts" in proc.stderr
+    assert any(c["key"] == "numerics pin" and c["blocks_exact"] for c in v["changes"])
+    assert any("throughput not checked" in n for n in v["notices"])
+
+
+def test_replay_catches_lr_x100_within_three_steps(work: Path, recorded: dict[str, Path]) -> None:
+    run_dir = work / "runs" / "replay-lr"
+    proc = harness(work, "run", RECIPE, "--profile", "cpu", "--out", str(run_dir), "--runtime", "local", "--baseline",
+                   str(recorded["baseline"]), "--quiet", "--tier", "replay", "--set",
+                   "actor_rollout_ref.actor.optim.lr=0.1")
+    v = load_json_strict(run_dir / "verdict.json")
+    assert proc.returncode == 1 and v["status"] == "fail" and v["tier"] == "replay", proc.stdout
+    bad = [c for c in v["checks"] if c["group"] == "replay" and not c["passed"]]
+    assert bad and min(c["failing_steps"][0] for c in bad) <= 3
 
 
 # ----------------------------------------------------------------------------- refusals

@@ -2,9 +2,10 @@
 makes it, passes against ``baselines/<recipe>/cpu-smoke.json``.
 
 This is the check that keeps a committed baseline from going stale (a code change that moves the
-numbers must re-record it, with the reason in the commit). On a machine whose environment matches
-the baseline's (same torch build, CPU capability, threads …) the verdict is the ``exact`` tier;
-elsewhere ``band`` and ``statistical``. Numerics and memory must pass. Throughput depends on the
+numbers must re-record it, with the reason in the commit). With the same software and the CPU
+numerics pin (every x86-64 machine with AVX2, AVX-512 or not) the verdict is the ``exact`` tier;
+with other software the run replays the baseline's rollouts (``replay``). Numerics and memory must
+pass. Throughput depends on the
 machine and its load at the moment, so a miss here is reported as a warning; the 30 % slowdown
 mutation test gates throughput against a run made under the same load.
 """
