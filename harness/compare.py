@@ -297,7 +297,9 @@ def _judge(run_dir: Path, baseline_path: Path | None, forced: str | None) -> Ver
                  for c in environment.changes(run_env, baseline["environment"])]
     ctx = Context(run, baseline, upto, run_env, manifest["resolved_config"]["model"]["dtype"],
                   baseline.get("dtype", "float32"))
-    v.checks, notices = evaluate(ctx, tiers, throughput=not manifest.get("replay"))
+    replayed = bool(manifest.get("replay"))
+    moved = [c["key"] for c in v.changes if c["blocks_exact"]] + (["replay run (no sampling)"] if replayed else [])
+    v.checks, notices = evaluate(ctx, tiers, throughput=not replayed, memory_differs=moved)
     v.notices += notices
     v.reasons = failure_reasons(v.checks)
     if v.tier == "exact" and any(c.group == "exact" and not c.passed for c in v.checks):

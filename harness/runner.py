@@ -25,7 +25,7 @@ import torch
 from harness import __version__, numerics
 from harness.checkpoint import (Interrupted, ResumePlan, clean_partial, load_checkpoint, plan_resume,
                                 request_stop_after, save_checkpoint)
-from harness.core.replay import ReplaySource, save_step
+from harness.core.replay import ReplaySource, save_initial, save_step
 from harness.core.device import numerics_env, resolve_device, set_determinism
 from harness.core.trainer import Dist, GRPOTrainer
 from harness.core.warmstart import run_warm_start
@@ -220,6 +220,12 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                 trainer.advantage_sign = -1.0
             trainer.replay = source
             keep_rollouts = source is None and dist.world == 1 and record is not None
+            if source is not None:  # start from the baseline's own policy (and reference)
+                for model in (trainer.models.actor, trainer.models.ref):
+                    if model is not None:
+                        source.load_initial(model)
+            elif keep_rollouts and start == 0:
+                save_initial(run_dir, trainer.models.actor)
             if plan is not None and plan.path is not None:
                 load_checkpoint(trainer, plan.path)
             if record is not None and start == 0:

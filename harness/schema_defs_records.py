@@ -305,8 +305,10 @@ def baseline_schema() -> dict[str, Any]:
         "throughput": obj("perf/throughput over steady steps (tokens/s), per device model.", {
             "references": array("References, one per device model and thread count (record-baseline "
                                 "--throughput-only adds this machine's).", tp_ref, min_items=1)}),
-        "replay": obj("The primary run's rollouts for the replay tier, and the reorder noise measured on them.", {
-            "file": string("Rollouts archive beside this file (.npz, read without pickle).", min_length=1),
+        "replay": obj("The primary run's initial policy and rollouts for the replay tier, and the reorder noise "
+                      "measured on them.", {
+            "file": string("Archive beside this file (.npz, read without pickle): initial/<parameter> (the policy "
+                           "before step 1, float32) and <step>/<field> (each step's rollout).", min_length=1),
             "sha256": _sha("SHA-256 of the archive (checked before it is read)."),
             "metrics": array("Metrics gated under replay.", {"type": "string"}, min_items=1),
             "perturbation": string("How the noise was measured: the replay repeated with the arithmetic in another "

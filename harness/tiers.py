@@ -281,13 +281,19 @@ def memory_check(ctx: Context) -> list[Check]:
     return [Check("memory", pol["metric"], None, peak, base, base * pol["tolerance"], ok, len(vals), [], detail)]
 
 
-def evaluate(ctx: Context, tiers: list[str], *, throughput: bool = True) -> tuple[list[Check], list[str]]:
-    """Every check of ``tiers`` plus throughput (unless a replay) and memory, and notices."""
+def evaluate(ctx: Context, tiers: list[str], *, throughput: bool = True,
+             memory_differs: list[str] | None = None) -> tuple[list[Check], list[str]]:
+    """Every check of ``tiers`` plus throughput (unless a replay) and memory (unless the environment differs
+    in ways that move it: ``memory_differs``), and notices."""
     notices: list[str] = []
     checks = [c for t in tiers for c in TIERS[t](ctx)]
     if throughput:
         checks += throughput_check(ctx, notices)
     else:
         notices.append("throughput not checked: a replay run does not sample, so its tokens/s are not a rollout's")
-    checks += memory_check(ctx)
+    if memory_differs:
+        notices.append("memory not comparable: peak memory depends on the software and device that ran; differs: "
+                       + "; ".join(memory_differs))
+    else:
+        checks += memory_check(ctx)
     return checks, notices

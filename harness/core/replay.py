@@ -1,11 +1,13 @@
 """Recorded rollouts: what a run sampled and scored at each step, and replaying it teacher-forced.
 
-A free run writes each step's rollout (prompt / response token ids, masks, group ids, reward
-parts) to ``rollouts/step-NNNNNN.npz``; a baseline packs its primary run's steps into one
-checksummed ``<profile>-<scale>.rollouts.npz``. A **replay** run feeds those rollouts to the
-training side instead of sampling: old / reference log-probs, advantages, losses, gradient norm
-and the update are computed by the candidate from the baseline's tokens and rewards. Sampling
-chaos is taken out, so what is compared is "does this machine / kernel / version train the same".
+A free run writes the policy it starts GRPO from (after any warm start: the seed checkpoint) to
+``rollouts/initial.npz`` and each step's rollout (prompt / response token ids, masks, group ids,
+reward parts) to ``rollouts/step-NNNNNN.npz``; a baseline packs its primary run's into one
+checksummed ``<profile>-<scale>.rollouts.npz``. A **replay** run starts from that same policy and
+feeds those rollouts to the training side instead of sampling: old / reference log-probs,
+advantages, losses, gradient norm and the update are computed by the candidate from the
+baseline's weights, tokens and rewards. Sampling chaos (and the warm start's own drift) is taken
+out, so what is compared is "does this machine / kernel / version train the same".
 
 Files are numpy ``.npz`` archives read with ``allow_pickle=False`` (no code can ride along), after
 their size and SHA-256 are checked against the baseline that names them.
@@ -30,8 +32,17 @@ MAX_BYTES = 512 * 1024 * 1024  # a rollouts archive larger than this is refused 
 STEP_DIR = "rollouts"
 
 
+INITIAL = "initial"
+
+
 def step_file(run_dir: Path, step: int) -> Path:
     return run_dir / STEP_DIR / f"step-{step:06d}.npz"
+
+
+def save_initial(run_dir: Path, model: torch.nn.Module) -> None:
+    """The policy's weights before step 1 (float32 numpy: exact for fp32 and bf16 parameters)."""
+    arrays = {name: t.detach().to("cpu", torch.float32).numpy() for name, t in model.state_dict().items()}
+    _atomic_npz(run_dir / STEP_DIR / f"{INITIAL}.npz", arrays)
 
 
 def _atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -65,6 +76,12 @@ def _load_npz(path: Path) -> dict[str, np.ndarray]:
 def pack(run_dir: Path, steps: int, out: Path) -> str:
     """Pack a run's per-step rollouts into one archive (keys ``<step>/<field>``); returns its SHA-256."""
     arrays: dict[str, np.ndarray] = {}
+    initial = run_dir / STEP_DIR / f"{INITIAL}.npz"
+    if not initial.is_file():
+        raise HarnessError("the run has no recorded initial policy", file=str(initial),
+                           fix="record the baseline from a run made by this version of the harness")
+    for key, value in _load_npz(initial).items():
+        arrays[f"{INITIAL}/{key}"] = value
     for step in range(1, steps + 1):
         f = step_file(run_dir, step)
         if not f.is_file():
@@ -116,6 +133,18 @@ class ReplaySource:
                 raise HarnessError(f"recorded rollouts lack {', '.join(missing)} at step {step}", file=str(path),
                                    fix="re-record the baseline")
         return cls(path, arrays, steps)
+
+    def load_initial(self, model: torch.nn.Module) -> None:
+        """Load the recorded initial policy into ``model`` (every parameter and buffer, cast to its dtype)."""
+        prefix = f"{INITIAL}/"
+        state = {k[len(prefix):]: torch.from_numpy(v) for k, v in self.arrays.items() if k.startswith(prefix)}
+        own = model.state_dict()
+        if set(state) != set(own) or any(tuple(state[k].shape) != tuple(own[k].shape) for k in own):
+            raise HarnessError("the recorded initial policy does not fit this run's model", file=str(self.path),
+                               fix="replay with the recipe and scale the baseline was recorded with")
+        with torch.no_grad():
+            for name, tensor in own.items():
+                tensor.copy_(state[name].to(tensor.dtype))
 
     def step(self, step: int) -> dict[str, np.ndarray]:
         if not 1 <= step <= self.steps:

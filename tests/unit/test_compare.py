@@ -562,3 +562,11 @@ def test_throughput_from_another_device_model_is_a_notice_never_a_fail():
     threads = {"machine": {"device_model": MODEL}, "software": {"threads": 8}}
     assert not _by(ev(slow, base, [], STEPS, env=threads)[0], "throughput")
     assert not _by(ev(slow, base, [], STEPS)[0], "throughput")[0].passed  # same model and threads: a 10x slowdown fails
+
+
+def test_memory_is_not_compared_across_software_or_devices():
+    base = _baseline({}, memory=0.5)
+    run = {"perf/max_memory_allocated_gb": {1: 0.6}}
+    checks, notices = T.evaluate(T.Context(run, base, 1, None), [], memory_differs=["torch"])
+    assert not _by(checks, "memory") and any(n.startswith("memory not comparable") and "torch" in n for n in notices)
+    assert not _by(T.evaluate(T.Context(run, base, 1, None), [])[0], "memory")[0].passed

@@ -27,6 +27,7 @@ def _batch(seed: int = 0) -> tuple[RolloutBatch, dict[str, torch.Tensor]]:
 
 def _recorded(tmp_path, steps=2):
     run = tmp_path / "run"
+    R.save_initial(run, torch.nn.Linear(2, 2))
     for step in range(1, steps + 1):
         R.save_step(run, step, *_batch(step))
     out = tmp_path / "b.rollouts.npz"
@@ -64,6 +65,9 @@ def test_checksum_size_and_missing_steps(tmp_path):
         R.ReplaySource.open(tmp_path / "nope.npz", sha, 2)
     with pytest.raises(HarnessError, match="no recorded rollout for step 3"):
         R.pack(tmp_path / "run", 3, tmp_path / "x.npz")
+    (tmp_path / "run" / "rollouts" / "initial.npz").unlink()
+    with pytest.raises(HarnessError, match="no recorded initial policy"):
+        R.pack(tmp_path / "run", 2, tmp_path / "y.npz")
 
 
 def test_pickled_arrays_are_never_loaded(tmp_path):
@@ -72,3 +76,18 @@ def test_pickled_arrays_are_never_loaded(tmp_path):
     np.savez(evil, **{"1/prompt_ids": np.array([object()], dtype=object)})
     with pytest.raises(HarnessError, match="unreadable"):
         R.ReplaySource.open(evil, R.sha256_file(evil), 1)
+
+
+def test_initial_policy_round_trips_and_must_fit(tmp_path):
+    run = tmp_path / "run"
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)).to(torch.bfloat16)
+    R.save_initial(run, model)
+    R.save_step(run, 1, *_batch(1))
+    out = tmp_path / "b.rollouts.npz"
+    src = R.ReplaySource.open(out, R.pack(run, 1, out), 1)
+    other = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)).to(torch.bfloat16)
+    src.load_initial(other)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
+    with pytest.raises(HarnessError, match="does not fit"):
+        src.load_initial(torch.nn.Linear(3, 4))
