@@ -6,9 +6,10 @@ versions, image / lock, device model, driver and CUDA / CANN runtime, thread cou
 settings, harness revision — each marked whether it rules out the ``exact`` tier. Every verdict
 prints the list, so a FAIL after an upgrade shows the upgrade.
 
-On CPU the numerics pin (:mod:`harness.numerics`) replaces the CPU model in the exactness test:
-two pinned runs on an AVX-512 Intel and an AVX2 AMD machine do the same arithmetic in the same
-order, so their bits are comparable; the CPU model is still listed as a change.
+On CPU the numerics pin (:mod:`harness.numerics`, which includes the CPU's vendor and widest ISA)
+replaces the CPU model in the exactness test: two pinned runs on CPUs of one ISA class do the same
+arithmetic in the same order, so their bits are comparable whatever the model; the model is still
+listed as a change.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def _short(rev: str | None) -> str | None:
 def _pin_text(key: dict[str, Any] | None) -> str:
     if not key:
         return "none"
-    return f"{key['level']} ({key.get('cpu_capability')}, {key.get('threads')} threads)"
+    return f"{key['level']} ({key.get('isa_class')}, {key.get('cpu_capability')}, {key.get('threads')} threads)"
 
 
 def live_summary(res: Any, runtime: str, world: int) -> dict[str, Any]:

@@ -63,8 +63,10 @@ def _numerics() -> dict[str, Any]:
                    "env": {"type": "object", "additionalProperties": {"type": ["string", "null"]},
                            "description": "The pin's variables as they were in effect."},
                    "cpu_capability": string("ATen's effective CPU capability.", min_length=1),
+                   "isa_class": string("CPU vendor and widest vector ISA (GenuineIntel/avx512, AuthenticAMD/avx2, "
+                                       "…): bitwise references hold per class.", min_length=1),
                    "threads": integer("torch intra-op threads.", 1),
-               })
+               }, optional=("isa_class",))
 
 
 def _fault() -> dict[str, Any]:

@@ -570,3 +570,14 @@ def test_memory_is_not_compared_across_software_or_devices():
     checks, notices = T.evaluate(T.Context(run, base, 1, None), [], memory_differs=["torch"])
     assert not _by(checks, "memory") and any(n.startswith("memory not comparable") and "torch" in n for n in notices)
     assert not _by(T.evaluate(T.Context(run, base, 1, None), [])[0], "memory")[0].passed
+
+
+def test_another_isa_class_is_not_exact_eligible_even_pinned(manifest, env_baseline):
+    """Measured: pinned AVX2 on an AVX-512 Intel and an AVX2 AMD machine agree to ~1e-6, not bitwise."""
+    ref = copy.deepcopy(manifest)
+    ref["numerics"] = {**PINNED, "isa_class": "AuthenticAMD/avx2"}
+    baseline = {**env_baseline, "environment": E.summary(ref)}
+    m = copy.deepcopy(ref)
+    m["numerics"] = {**PINNED, "isa_class": "GenuineIntel/avx512"}
+    assert "numerics pin" in [c.key for c in C.environment_changes(m, baseline) if c.blocks_exact]
+    assert C.choose_tiers(m, baseline, None)[0] == ["statistical"]  # a free run; `harness run` replays instead
