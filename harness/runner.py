@@ -167,8 +167,7 @@ def _resume_record(run_dir: Path, res: Resolved, plan: ResumePlan, total: int) -
 
 def open_replay(baseline_path: Path) -> tuple[ReplaySource, dict[str, Any]]:
     """The recorded rollouts a baseline names (checksummed), and the manifest's ``replay`` block."""
-    from harness.baseline import load_baseline
-    from harness.core.replay import sha256_file
+    from harness.baseline import file_sha256, load_baseline
 
     baseline = load_baseline(baseline_path)
     rep = baseline.get("replay")
@@ -176,7 +175,7 @@ def open_replay(baseline_path: Path) -> tuple[ReplaySource, dict[str, Any]]:
         raise HarnessError("the baseline has no recorded rollouts to replay", file=str(baseline_path),
                            fix="re-record it with this version (`harness record-baseline … --force`)")
     source = ReplaySource.open(Path(baseline_path).parent / rep["file"], rep["sha256"], baseline["steps"])
-    return source, {"baseline": str(baseline_path), "baseline_sha256": sha256_file(Path(baseline_path)),
+    return source, {"baseline": str(baseline_path), "baseline_sha256": file_sha256(Path(baseline_path)),
                     "rollouts_sha256": rep["sha256"], "baseline_profile": baseline["profile"]}
 
 

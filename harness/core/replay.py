@@ -9,8 +9,9 @@ advantages, losses, gradient norm and the update are computed by the candidate f
 baseline's weights, tokens and rewards. Sampling chaos (and the warm start's own drift) is taken
 out, so what is compared is "does this machine / kernel / version train the same".
 
-Files are numpy ``.npz`` archives read with ``allow_pickle=False`` (no code can ride along), after
-their size and SHA-256 are checked against the baseline that names them.
+Files are numpy ``.npz`` archives read with ``allow_pickle=False`` (no code can ride along): a
+regular file of bounded size, read once, its SHA-256 checked against the baseline that names it
+before those same bytes are parsed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 
 from harness.errors import HarnessError
-from harness.jsonio import write_bytes_atomic
+from harness.jsonio import read_bytes_limited, write_bytes_atomic
 
 FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "group_ids", "scores", "acc", "format")
 MAX_BYTES = 512 * 1024 * 1024  # a rollouts archive larger than this is refused unread
@@ -45,11 +46,14 @@ def save_initial(run_dir: Path, model: torch.nn.Module) -> None:
     _atomic_npz(run_dir / STEP_DIR / f"{INITIAL}.npz", arrays)
 
 
-def _atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+def _atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> str:
+    """Write ``arrays`` as a compressed .npz (atomically, umask mode); returns the SHA-256 of its bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
-    write_bytes_atomic(path, buf.getvalue())
+    data = buf.getvalue()
+    write_bytes_atomic(path, data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def rollout_arrays(rb: Any, rewards: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
@@ -68,8 +72,10 @@ def save_step(run_dir: Path, step: int, rb: Any, rewards: dict[str, torch.Tensor
     _atomic_npz(step_file(run_dir, step), rollout_arrays(rb, rewards))
 
 
-def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
+def _load_npz(path: Path, data: bytes | None = None) -> dict[str, np.ndarray]:
+    """Arrays of an .npz, never unpickled (object arrays are refused by numpy); ``data``: its bytes, read once."""
+    raw = data if data is not None else read_bytes_limited(path, MAX_BYTES, what="rollouts archive")
+    with np.load(io.BytesIO(raw), allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
 
 
@@ -89,16 +95,7 @@ def pack(run_dir: Path, steps: int, out: Path) -> str:
                                fix="record the baseline from a run made by this version of the harness")
         for key, value in _load_npz(f).items():
             arrays[f"{step}/{key}"] = value
-    _atomic_npz(out, arrays)
-    return sha256_file(out)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return _atomic_npz(out, arrays)
 
 
 @dataclass
@@ -112,18 +109,12 @@ class ReplaySource:
     @classmethod
     def open(cls, path: Path, sha256: str, steps: int) -> ReplaySource:
         path = Path(path)
-        if not path.is_file():
-            raise HarnessError("the baseline's recorded rollouts are missing", file=str(path),
-                               fix="restore the file beside the baseline, or re-record the baseline")
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise HarnessError(f"recorded rollouts of {size} bytes exceed the {MAX_BYTES} byte limit", file=str(path),
-                               fix="re-record the baseline")
-        if sha256_file(path) != sha256:
+        data = read_bytes_limited(path, MAX_BYTES, what="rollouts archive")  # hashed and loaded: the same bytes
+        if hashlib.sha256(data).hexdigest() != sha256:
             raise HarnessError("recorded rollouts do not match the SHA-256 the baseline names", file=str(path),
                                fix="restore the file recorded with the baseline (it was changed or replaced)")
         try:
-            arrays = _load_npz(path)
+            arrays = _load_npz(path, data)
         except (ValueError, OSError) as err:
             raise HarnessError(f"recorded rollouts are unreadable: {err}", file=str(path),
                                fix="re-record the baseline") from None

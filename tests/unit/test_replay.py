@@ -61,7 +61,7 @@ def test_checksum_size_and_missing_steps(tmp_path):
         R.ReplaySource.open(out, "0" * 64, 2)
     with pytest.raises(HarnessError, match="lack"):
         R.ReplaySource.open(out, sha, 3)
-    with pytest.raises(HarnessError, match="missing"):
+    with pytest.raises(HarnessError, match="not found"):
         R.ReplaySource.open(tmp_path / "nope.npz", sha, 2)
     with pytest.raises(HarnessError, match="no recorded rollout for step 3"):
         R.pack(tmp_path / "run", 3, tmp_path / "x.npz")
@@ -75,7 +75,7 @@ def test_pickled_arrays_are_never_loaded(tmp_path):
     evil = tmp_path / "evil.npz"
     np.savez(evil, **{"1/prompt_ids": np.array([object()], dtype=object)})
     with pytest.raises(HarnessError, match="unreadable"):
-        R.ReplaySource.open(evil, R.sha256_file(evil), 1)
+        R.ReplaySource.open(evil, __import__("hashlib").sha256(evil.read_bytes()).hexdigest(), 1)
 
 
 def test_initial_policy_round_trips_and_must_fit(tmp_path):
