@@ -1,11 +1,10 @@
 """Recording a baseline: N seeded runs, the primary run's rollouts, the replay noise, throughput.
 
 ``record`` makes every seed's run in its own process (as a user's run is made), packs the primary
-run's per-step rollouts into ``<profile>-<scale>.rollouts.npz`` beside the baseline, and measures
-the replay tier's noise floor: the primary rollouts are replayed once with the arithmetic in
-another order — every CPU numerics pin lifted (``HARNESS_CPU_ISA=native``: ATen, oneMKL and oneDNN
-on the machine's own widest kernels) and another thread count — and each training metric's
-deviation from the primary run is stored per step. The baseline JSON is written last, once,
+run's initial policy and per-step rollouts into ``<profile>-<scale>.rollouts.npz`` beside the
+baseline, and measures the replay tier's noise floor: the primary rollouts are replayed once in
+float64, and each training metric's distance from the recorded run is stored per step — the
+rounding error of the baseline's own arithmetic, which any other correct implementation makes too. The baseline JSON is written last, once,
 atomically: a killed recording never leaves a partial baseline.
 
 ``record_throughput`` adds (or, with ``force``, replaces) this machine's throughput reference to
@@ -27,11 +26,10 @@ from harness.baseline import (THROUGHPUT_METRIC, build_baseline, load_baseline, 
 from harness.environment import summary
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
-from harness.numerics import PIN_ENV, PIN_VARIABLE
 from harness.schema import check
 
-PERTURBATION = ("replay repeated with the CPU numerics pin lifted (HARNESS_CPU_ISA=native: ATen, oneMKL and oneDNN "
-                "on the machine's widest kernels) and {threads} thread(s) instead of {base}")
+PERTURBATION = ("the same replay in float64 (--set model.dtype=float64): its distance from the recorded run is the "
+                "rounding error of the baseline's own arithmetic, which any other implementation also makes")
 
 
 def rollouts_path(baseline_path: Path) -> Path:
@@ -79,14 +77,14 @@ def _seed_runs(primary: Any, profile: str, scale: str, seeds: int, steps: int | 
 def replay_noise(primary: Any, profile: str, scale: str, baseline_path: Path, doc: dict[str, Any], runs_dir: Path,
                  progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
     """Replay the primary rollouts with the arithmetic reordered; the per-step deviation of each metric."""
-    threads, other = _threads(doc)
     run_dir = runs_dir / "replay-noise"
-    env = {PIN_VARIABLE: "native", "OMP_NUM_THREADS": str(other), "MKL_NUM_THREADS": str(other)}
     log(f"record-baseline: replay noise ({doc['replay']['perturbation']}) -> {run_dir}")
+    horizon = min(doc["steps"], int(doc["policy"]["replay"]["horizon_steps"]))  # only these steps are gated
     cmd = [str(primary.path), "--profile", profile, "--scale", scale, "--out", str(run_dir), "--runtime", "local",
-           "--stage", "train", "--tier", "replay", "--baseline", str(baseline_path), "--steps", str(doc["steps"])]
+           "--stage", "train", "--tier", "replay", "--baseline", str(baseline_path), "--steps", str(horizon),
+           "--set", "model.dtype=float64"]
     cmd += [] if progress else ["--quiet"]
-    _child(cmd, run_dir, "replay-noise run", progress, env=env, unset=tuple(PIN_ENV))
+    _child(cmd, run_dir, "replay-noise run", progress)
     replayed = load_series(run_dir)
     noise: dict[str, list[float | None]] = {}
     for name in doc["replay"]["metrics"]:
@@ -97,12 +95,6 @@ def replay_noise(primary: Any, profile: str, scale: str, baseline_path: Path, do
             row.append(abs(r - v) if r is not None and math.isfinite(r) else None)
         noise[name] = row
     return noise
-
-
-def _threads(doc: dict[str, Any]) -> tuple[int, int]:
-    """The baseline's thread count and the one the noise replay uses instead."""
-    threads = int(doc["environment"]["software"]["threads"])
-    return threads, 1 if threads != 1 else 2
 
 
 def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | None, out: Path, runs_dir: Path,
@@ -131,9 +123,8 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
     scratch = runs_dir / out.name
     sha = pack(dirs[0], doc["steps"], rollouts_path(scratch))
     metrics = sorted(n for n, m in doc["metrics"].items() if "replay" in m["tiers"])
-    threads, other = _threads(doc)
-    doc["replay"] = {"file": rollouts_path(out).name, "sha256": sha, "metrics": metrics,
-                     "perturbation": PERTURBATION.format(threads=other, base=threads), "noise": {}}
+    doc["replay"] = {"file": rollouts_path(out).name, "sha256": sha, "metrics": metrics, "perturbation": PERTURBATION,
+                     "noise": {}}
     write_json_atomic(scratch, doc)
     doc["replay"]["noise"] = replay_noise(primary, profile, scale, scratch, doc, runs_dir, progress, log)
     check(doc, "baseline", str(out))

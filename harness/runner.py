@@ -214,7 +214,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     with _StopSignals() as stop:
         try:
             trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.profile["accelerator"]["peak_bf16_tflops"],
-                                  dist=dist, warm_start_fn=run_warm_start)
+                                  dist=dist,
+                                  warm_start_fn=None if source is not None else run_warm_start)  # replay: its policy
             if fault.get("flip-advantage"):
                 trainer.advantage_sign = -1.0
             trainer.replay = source

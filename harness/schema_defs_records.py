@@ -198,9 +198,11 @@ def _policy() -> dict[str, Any]:
             "alpha": number("Family-wise significance level.", exclusive_min=0, maximum=0.5),
             "practical_floor": number("A reward shortfall must also exceed this (metric units) to fail.", 0),
         }),
-        "replay": obj("Replay tier: per step |run - ref| <= max(k_noise * c * reorder noise, rtol_floor * c * "
-                      "rms(ref), atol), c = the run dtype's unit roundoff / the baseline's.", {
-            "k_noise": number("Multiple of the measured reorder noise (running maximum up to the step).", 0),
+        "replay": obj("Replay tier: per step (the first horizon_steps) |run - ref| <= max(k_noise * c * noise, "
+                      "rtol_floor * c * rms(ref), atol), c = the run dtype's unit roundoff / the baseline's.", {
+            "k_noise": number("Multiple of the measured noise (the fp64 replay's distance, running maximum).", 0),
+            "horizon_steps": integer("Only the first steps are gated (later ones separate chaotically).", 1),
+            "coarse_atol_factor": number("atol multiplier for a run in a coarser dtype than the baseline's.", 1),
             "rtol_floor": number("Smallest tolerance, relative to the metric's RMS over the steps (fp32).", 0),
             "unit_roundoff": {"type": "object", "additionalProperties": {"type": "number", "exclusiveMinimum": 0},
                               "description": "dtype -> unit roundoff (2^-24 for float32, 2^-8 for bfloat16)."},

@@ -127,7 +127,7 @@ def test_recorded_baseline(work: Path, recorded: dict[str, Path]) -> None:
     assert rollouts.is_file() and sha(rollouts) == doc["replay"]["sha256"]
     assert "actor/pg_loss" in doc["replay"]["metrics"] and "val-core/synthetic/color/reward/mean" not in \
         doc["replay"]["metrics"]
-    assert len(doc["replay"]["noise"]["actor/pg_loss"]) == STEPS and "native" in doc["replay"]["perturbation"]
+    assert len(doc["replay"]["noise"]["actor/pg_loss"]) == STEPS and "float64" in doc["replay"]["perturbation"]
     # an existing baseline is never replaced without --force (refused before anything runs)
     before = sha(recorded["baseline"])
     proc = harness(work, "record-baseline", RECIPE, "--profile", "cpu", "--seeds", "1", "--out",
@@ -267,7 +267,8 @@ def test_different_seed_fails_under_exact(work: Path, recorded: dict[str, Path])
 
 # ----------------------------------------------------------------------------- replay
 def test_unpinned_machine_replays_and_passes(work: Path, recorded: dict[str, Path]) -> None:
-    """Numerics other than the baseline's (the CPU pin lifted): `run` replays the recorded rollouts by itself."""
+    """Numerics other than the baseline's (the CPU pin lifted): `run` replays the recorded rollouts by itself, and
+    a replay on the machine that recorded the baseline passes."""
     run_dir = work / "runs" / "native-replay"
     proc = harness(work, "run", RECIPE, "--profile", "cpu", "--out", str(run_dir), "--runtime", "local", "--baseline",
                    str(recorded["baseline"]), "--quiet", extra_env={"HARNESS_CPU_ISA": "native"})
