@@ -7,9 +7,9 @@ the constants the recipe fixes (:func:`harness.mlperf.run_constants` of the reci
 baseline's profile), and the convergence target. ``common.yaml`` holds the keys every benchmark needs
 (MLPerf's ``common.yaml`` with this project's benchmark list) and enqueues the benchmark's file.
 
-Convergence target: 0.9 x the lowest final validation reward (``val-core/*/reward/mean`` at the
-baseline's last validation) among the reference seeds, rounded down to 0.01 — every reference seed
-reaches it, so a run that does not is below the reference.
+Convergence target: 0.9 x the median final validation reward (``val-core/*/reward/mean`` at the
+baseline's last validation) of the reference seeds, rounded down to 0.01 — most reference seeds
+reach it; the median, because a single collapsed seed would put the lowest at 0.
 
 The files are generated (``python -m harness.mlperf.rules``); a test keeps them fresh. The checker
 only knows rulesets inside its own package, so the harness passes ``--config`` with the absolute
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,7 +56,9 @@ def references() -> dict[str, dict[str, Any]]:
         for key, m in doc["metrics"].items():
             if key.startswith(EVAL_PREFIX) and key.endswith(EVAL_SUFFIX):
                 finals += [m["values"][-1]] + [seed[-1] for seed in m.get("noise_values", [])]
-        target = math.floor(0.9 * min(finals) * 100) / 100 if finals else None
+        # the median, not the lowest: one reference seed that collapsed (it happens: qwen3_30b_a3b's seed 45 ends
+        # at 0.0) would otherwise make any run "converged"
+        target = math.floor(0.9 * statistics.median(finals) * 100) / 100 if finals else None
         out[name] = {"recipe": doc["recipe"]["name"], "scale": doc["scale"], "profile": doc["profile"],
                      "baseline": path.relative_to(ROOT).as_posix(), "target": target}
     return out
@@ -131,7 +134,7 @@ def benchmark_yaml(name: str, ref: dict[str, Any]) -> str:
     consts = run_constants(res.config)
     text = HEADER.format(source=f"recipes/{ref['recipe']}.json at scale {ref['scale']} and {ref['baseline']}")
     text += (f"# {name}: GRPO on recipe {ref['recipe']} at scale {ref['scale']}. Constants the recipe fixes;\n"
-             f"# convergence target: 0.9 x the lowest final validation reward of the reference seeds.\n\n"
+             f"# convergence target: 0.9 x the median final validation reward of the reference seeds.\n\n"
              f"- BEGIN:\n    CODE: \" s.update({{'target_accuracy': {ref['target']!r}}}) \"\n\n")
     for key, value in consts.items():
         text += _key(key, check=_equals(value))
