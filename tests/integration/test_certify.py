@@ -259,8 +259,9 @@ def test_mismatched_profile_is_refused_before_anything_runs(work: Path) -> None:
     assert not out.exists() and not (cwd / "runs").exists()
 
 
-def test_cross_vendor_reference_is_judged_in_band(work: Path, certified: dict[str, Any]) -> None:
-    """A run of another profile (an NPU run against the GPU reference) is judged with the band tiers."""
+def test_cross_vendor_reference_is_judged_statistically(work: Path, certified: dict[str, Any]) -> None:
+    """A run of another profile (an NPU run against the GPU reference) is judged with the statistical tier: its
+    trajectory need not follow the reference's step by step."""
     from harness.certify import judge_reference
 
     run = work / "cross" / "run"
@@ -269,8 +270,8 @@ def test_cross_vendor_reference_is_judged_in_band(work: Path, certified: dict[st
     manifest = load_json_strict(run / "manifest.json")
     manifest["profile"] = "npu-16x-ascend-a3"
     (run / "manifest.json").write_text(json.dumps(manifest))
-    v = judge_reference(run, DATA / BASELINE, "band", write=True)
-    assert v.status == "pass" and v.tiers_applied == ["band", "statistical"], v.reasons
+    v = judge_reference(run, DATA / BASELINE, "statistical", write=True)
+    assert v.status == "pass" and v.tiers_applied == ["statistical"], v.reasons
     assert "cross-vendor reference recorded on 'cpu'" in v.tier_reason
     assert not any(c.group in ("throughput", "memory") for c in v.checks)
     assert schema_errors(load_json_strict(run / "verdict.json"), "verdict") == []
