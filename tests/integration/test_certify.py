@@ -151,7 +151,7 @@ def test_edited_metric_is_named(work: Path, certified: dict[str, Any]) -> None:
 def test_edited_baseline_number_is_named(work: Path, certified: dict[str, Any]) -> None:
     root = copy_root(certified["doc"], work / "t-baseline")
     doc = load_json_strict(root / BASELINE)
-    doc["throughput"]["value"] *= 2
+    doc["throughput"]["references"][0]["value"] *= 2
     (root / BASELINE).write_text(json.dumps(doc, indent=2) + "\n")
     proc = verify(work, certified["dir"] / "certificate.json", root)
     assert proc.returncode == 1, proc.stdout + proc.stderr
