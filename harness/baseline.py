@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-import platform
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harness.environment import summary
 from harness.errors import HarnessError
-from harness.jsonio import load_json_strict, write_json_atomic
+from harness.jsonio import load_json_strict
 from harness.paths import BASELINES_DIR
 from harness.record import is_complete, read_metrics, utc_now
 from harness.schema import check

@@ -36,11 +36,10 @@ def rollouts_path(baseline_path: Path) -> Path:
     return baseline_path.with_name(baseline_path.stem + ".rollouts.npz")
 
 
-def _child(cmd: list[str], run_dir: Path, what: str, progress: bool, env: dict[str, str] | None = None,
-           unset: tuple[str, ...] = ()) -> None:
+def _child(cmd: list[str], run_dir: Path, what: str, progress: bool) -> None:
     from harness.runtime.child import harness_run
 
-    proc = harness_run(cmd, env=env, unset=unset, stdout=None if progress else subprocess.DEVNULL,
+    proc = harness_run(cmd, stdout=None if progress else subprocess.DEVNULL,
                        stderr=None if progress else subprocess.PIPE)
     if proc.returncode != 0:
         last = ((proc.stderr or "").strip().splitlines() or [f"exit {proc.returncode}"])[-1]

@@ -25,9 +25,7 @@ from __future__ import annotations
 import math
 import os
 import stat
-import statistics
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 

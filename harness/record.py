@@ -23,7 +23,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from harness import __version__
 from harness.errors import HarnessError
 from harness.jsonio import MiB, load_json_strict, open_new, read_text_limited, write_json_atomic, write_text_atomic
 from harness.mlperf import MlperfLog

@@ -14,12 +14,10 @@ from typing import Any
 from harness.paths import ROOT
 
 
-def harness_run(args: list[str], *, env: dict[str, str] | None = None, unset: tuple[str, ...] = (), **kwargs: Any
+def harness_run(args: list[str], *, env: dict[str, str] | None = None, **kwargs: Any
                 ) -> subprocess.CompletedProcess[str]:
-    """Run ``harness run ARGS`` to completion; ``env`` adds variables, ``unset`` removes some, ``kwargs`` go to
-    subprocess.run."""
-    full_env = {**{k: v for k, v in os.environ.items() if k not in unset},
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    """Run ``harness run ARGS`` to completion; ``env`` adds variables, ``kwargs`` go to subprocess.run."""
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                 **(env or {})}
     return subprocess.run([sys.executable, "-m", "harness", "run", *args], env=full_env, text=True, check=False,
                           **kwargs)
