@@ -115,7 +115,10 @@ def launch(res: Resolved, args: argparse.Namespace, run_dir: Path) -> None:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
 
+    forwarded: list[int] = []
+
     def forward(signum: int, frame: object) -> None:
+        forwarded.append(signum)
         for pid in _rank_pids(proc.pid) or [proc.pid]:
             try:
                 os.kill(pid, signum)
@@ -140,11 +143,12 @@ def launch(res: Resolved, args: argparse.Namespace, run_dir: Path) -> None:
     manifest_path = run_dir / "manifest.json"
     if manifest_path.is_file():
         manifest = load_json_strict(manifest_path)
-        if manifest.get("status") == "interrupted":
+        if manifest.get("status") == "interrupted" and forwarded:
             error = manifest.get("error") or "interrupted"
             raise HarnessError(error, exit_code=interrupt_exit_code(error))
-        if manifest.get("status") in ("running", "failed"):
-            # the launcher knows which rank died; rank 0 may only have seen its collective fail
+        if manifest.get("status") in ("running", "failed", "interrupted"):
+            # the launcher knows which rank died; rank 0 may only have seen its collective fail, or
+            # (status 'interrupted' with no signal sent here) the SIGTERM torchrun sends the survivors
             seen = manifest.get("error")
             error = summary if not seen or seen == summary else f"{summary}; rank 0 saw: {seen}"
             manifest.update(status="failed", finished_utc=manifest.get("finished_utc") or utc_now(), error=error)
