@@ -232,6 +232,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                 record.update(model={"family": cfg["model"]["family"], "n_params": trainer.models.n_params,
                                      "n_active_params": trainer.models.n_active_params,
                                      "attn_implementation": trainer.models.attn_implementation,
+                                     "decode_engine": trainer.decode_engine,
                                      "notes": list(trainer.models.notes)},
                               warm_start=trainer.warm_start_info or None,
                               data={"train_size": len(trainer.train_examples), "val_size": len(trainer.val_examples),

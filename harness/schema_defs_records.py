@@ -158,8 +158,11 @@ def manifest_schema() -> dict[str, Any]:
             "n_params": integer("Parameters.", 1),
             "n_active_params": integer("Parameters active per token (MoE top-k).", 1),
             "attn_implementation": string("Attention kernel in use.", min_length=1),
+            "decode_engine": {"enum": ["dynamic", "static", "graph"],
+                              "description": "Rollout decoding: dynamic KV cache (CPU path), static cache, or static "
+                                             "cache with each step a CUDA graph (harness.core.decode)."},
             "notes": array("Departures from the requested settings (e.g. a kernel fallback).", {"type": "string"}),
-        }),
+        }, optional=("decode_engine",)),
         "warm_start": {**obj("Seed checkpoint used (null = none).", {
             "key": string("Cache key (hash of everything that produced it).", min_length=1),
             "cached": boolean("Loaded from the cache (true) or trained now (false)."),

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from harness.core.decode import StaticDecoder
 from harness.core.models import forward_logits, next_positions, position_ids, upcast
 
 
@@ -116,13 +117,16 @@ def generate(model: torch.nn.Module, prompts: dict[str, Tensor], *, n: int, max_
              top_k: int, top_p: float, eos_id: int, pad_id: int, image_pad_id: int, bias: Tensor,
              uniforms: Tensor, group_ids: list[Any], pixels: list[Tensor | None],
              grids: list[Tensor | None], greedy: bool = False, ignore_eos: bool = False,
-             run_to_length: bool = False) -> RolloutBatch:
+             run_to_length: bool = False, engine: str = "dynamic", check_every: int = 8) -> RolloutBatch:
     """Sample ``n`` responses for each prompt of ``prompts`` (collated, left-padded, on device).
 
     ``pixels``/``grids`` are per prompt; ``bias`` (V,) bans tokens; ``uniforms`` (R, B) drive the
     sampler. ``ignore_eos`` forces every response to ``max_new_tokens`` (benchmarks doing fixed
     work); ``run_to_length`` keeps stepping after every row has stopped (sharded models need
-    every rank to run the same number of forwards).
+    every rank to run the same number of forwards). ``engine``: ``dynamic`` (the loop below, the
+    CPU path), ``static`` (a static KV cache, eager) or ``graph`` (static, each decode step one CUDA
+    graph; see :mod:`harness.core.decode`); ``check_every`` is how often the static engines read
+    back whether every row has stopped.
     """
     from transformers import DynamicCache
 
@@ -135,6 +139,25 @@ def generate(model: torch.nn.Module, prompts: dict[str, Tensor], *, n: int, max_
     inputs = _vision_inputs(prompt_ids, prompt_mask, seq_pixels, seq_grids, image_pad_id)
     pos = position_ids(model, prompt_ids, prompt_mask, inputs["mm_token_type_ids"], inputs["image_grid_thw"])
     next_pos = next_positions(pos, prompt_mask)  # (B,)
+
+    def sampler(step_logits: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+        if greedy:
+            tok = step_logits.argmax(-1)
+            return tok, torch.log_softmax(step_logits, -1).gather(-1, tok[:, None]).squeeze(-1)
+        return sample_from_logits(step_logits, temperature=temperature, top_k=top_k, top_p=top_p, uniforms=u)
+
+    if engine != "dynamic":
+        dec = StaticDecoder(model, prompt_ids=prompt_ids, prompt_mask=prompt_mask, pos=pos, next_pos=next_pos,
+                            max_new_tokens=max_new_tokens, sampler=sampler, bias=bias, uniforms=uniforms,
+                            eos_id=eos_id, pad_id=pad_id, ignore_eos=ignore_eos,
+                            logits_dtype=upcast(torch.zeros((), dtype=model.dtype)).dtype)
+        dec.prefill(prompt_ids, prompt_mask, pos, inputs)
+        if engine == "graph":
+            dec.capture()
+        responses, resp_mask, logps = dec.run(run_to_length=run_to_length, check_every=check_every)
+        return RolloutBatch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=responses,
+                            response_mask=resp_mask, rollout_logp=logps, group_ids=seq_groups, pixels=seq_pixels,
+                            grids=seq_grids)
 
     B = prompt_ids.shape[0]
     cache = DynamicCache(config=model.config) if _cache_takes_config() else DynamicCache()
@@ -149,12 +172,7 @@ def generate(model: torch.nn.Module, prompts: dict[str, Tensor], *, n: int, max_
     for t in range(max_new_tokens):
         step_logits = upcast(logits[:, -1, :])
         step_logits = step_logits + bias.to(step_logits.dtype)  # (B, V)
-        if greedy:
-            tok = step_logits.argmax(-1)
-            lp = torch.log_softmax(step_logits, -1).gather(-1, tok[:, None]).squeeze(-1)
-        else:
-            tok, lp = sample_from_logits(step_logits, temperature=temperature, top_k=top_k, top_p=top_p,
-                                         uniforms=uniforms[t])
+        tok, lp = sampler(step_logits, uniforms[t])
         tok = torch.where(alive, tok, torch.full_like(tok, pad_id))
         responses[:, t] = tok
         resp_mask[:, t] = alive.long()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ import torch
 
 from harness.core import algos
 from harness.core.data import PromptLoader, build_synthetic, collate_prompts, load_local
+from harness.core.decode import pick_engine
 from harness.core.device import peak_memory_gb, release_host_memory, reset_peak_memory, synchronize
 from harness.core.models import BuiltModel, banned_bias, build_models
 from harness.core.replay import ReplaySource, replayed_batch
@@ -96,6 +97,9 @@ class GRPOTrainer:
         self.warm_start_info = warm_start_fn(self) if warm_start_fn else {}
         if self.models.ref is not None and self.warm_start_info:
             self.models.ref.load_state_dict(self.models.actor.state_dict())
+        self.decode_engine, why = pick_engine(self.models.actor, device, sharded=self.dist.wrap is not None)
+        if why:
+            self.models = replace(self.models, notes=(*self.models.notes, why))
         if self.dist.wrap is not None:
             self.models = self.dist.wrap(self.models)
         self.reward_fn = get_reward(cfg["reward"]["name"])
@@ -179,7 +183,8 @@ class GRPOTrainer:
                             temperature=sampling["temperature"], top_k=sampling["top_k"], top_p=sampling["top_p"],
                             eos_id=self.ids["eos"], pad_id=self.ids["pad"], image_pad_id=self.ids["image_pad"],
                             bias=self.bias, uniforms=uniforms, group_ids=uids, pixels=pixels, grids=grids,
-                            greedy=greedy, ignore_eos=ignore_eos, run_to_length=self.dist.world > 1)
+                            greedy=greedy, ignore_eos=ignore_eos, run_to_length=self.dist.world > 1,
+                            engine=self.decode_engine)
         finally:
             model.train(was_training)
 

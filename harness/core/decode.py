@@ -1,0 +1,181 @@
+"""Decoding over a static KV cache; on CUDA each decode step is one captured CUDA graph.
+
+The dynamic-cache loop in :mod:`harness.core.rollout` launches every kernel of every layer from
+Python for every token, so on a GPU a decode step is bound by launch overhead, not by the weights
+it reads. Here the cache is preallocated for prompt + response (transformers' ``StaticCache``),
+every per-step input lives in a fixed buffer (next token, position, key mask, step index,
+sampler uniforms), and one step — forward, banned-token bias, inverse-CDF sampling, EOS
+bookkeeping, position advance — is a pure function of those buffers. On CUDA it is captured once
+and replayed; elsewhere (and where capture is impossible) the same step runs eagerly.
+
+Semantics are those of the dynamic loop: the same pre-drawn uniforms, the same masks (a key slot
+is valid from the prompt's mask, then for each response token while its row is alive), the same
+positions. Whether the rows have all stopped is read back only every ``check_every`` steps; steps
+after every row stopped only write padding, so the result does not depend on ``check_every``.
+The mask is built here as a 4-D boolean tensor, which transformers passes to the attention as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from harness.core.models import forward_logits, upcast
+
+Sampler = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]  # (logits (B, V), uniforms (B,)) -> (tokens, log-probs)
+
+
+def pick_engine(model: torch.nn.Module, device: torch.device, *, sharded: bool) -> tuple[str, str | None]:
+    """(engine, why not ``graph``): ``graph`` on one CUDA device where every op of a step can be captured.
+
+    The CPU keeps the dynamic loop (its metrics are the committed baselines'). Sharded models keep it
+    too (their forwards all-gather parameters), as do the attention kernels that take no 4-D
+    boolean mask and MoE experts other than ``grouped_mm`` (the eager experts read routing counts
+    back to the host, which a graph cannot hold).
+    """
+    if device.type != "cuda":
+        return "dynamic", None
+    cfg = model.config
+    text = getattr(cfg, "text_config", cfg)
+    if sharded:
+        return "dynamic", "decode: dynamic KV cache (sharded model; CUDA graphs only on one device)"
+    if getattr(cfg, "_attn_implementation", None) != "sdpa":
+        return "dynamic", f"decode: dynamic KV cache ({cfg._attn_implementation} attention; graphs need sdpa)"
+    experts = {getattr(c, "_experts_implementation", None) for c in (cfg, text)}
+    if getattr(text, "num_experts", None) and "grouped_mm" not in experts:
+        return "dynamic", "decode: dynamic KV cache (eager MoE experts synchronise; graphs need grouped_mm)"
+    return "graph", None
+
+
+def prefill_mask(prompt_mask: Tensor, cache_len: int) -> Tensor:
+    """(B, 1, P, L) boolean: causal over the prompt's valid tokens; padding queries see themselves only."""
+    B, P = prompt_mask.shape
+    dev = prompt_mask.device
+    q = torch.arange(P, device=dev)
+    k = torch.arange(cache_len, device=dev)
+    valid = torch.zeros(B, cache_len, dtype=torch.bool, device=dev)
+    valid[:, :P] = prompt_mask.bool()
+    causal = k[None, :] <= q[:, None]  # (P, L)
+    diagonal = k[None, :] == q[:, None]  # keeps a fully padded query row finite
+    return ((causal[None] & valid[:, None, :]) | diagonal[None])[:, None]
+
+
+@dataclass
+class _State:
+    """The buffers one decode step reads and writes (fixed addresses: a captured graph replays on them)."""
+
+    tok: Tensor  # (B, 1) the token fed to the next forward
+    pos: Tensor  # (B, 1) or (3, B, 1) its position
+    key_valid: Tensor  # (B, L) which cache slots a query may attend to
+    step: Tensor  # (1,) index of the response token the next step samples
+    alive: Tensor  # (B,) rows that have not emitted EOS
+    responses: Tensor  # (B, R)
+    resp_mask: Tensor  # (B, R)
+    logps: Tensor  # (B, R)
+
+    def mutable(self) -> list[Tensor]:
+        return [self.tok, self.pos, self.key_valid, self.step, self.alive]
+
+
+class StaticDecoder:
+    """Prefill eagerly, then decode ``max_new_tokens`` tokens step by step over a static cache."""
+
+    def __init__(self, model: torch.nn.Module, *, prompt_ids: Tensor, prompt_mask: Tensor, pos: Tensor,
+                 next_pos: Tensor, max_new_tokens: int, sampler: Sampler, bias: Tensor, uniforms: Tensor,
+                 eos_id: int, pad_id: int, ignore_eos: bool, logits_dtype: torch.dtype) -> None:
+        from transformers import StaticCache
+
+        self.model = model
+        B, P = prompt_ids.shape
+        R = max_new_tokens
+        dev = prompt_ids.device
+        self.P, self.R = P, R
+        self.cache = StaticCache(config=model.config, max_cache_len=P + R)
+        self.sampler, self.bias, self.uniforms = sampler, bias, uniforms
+        self.eos_id, self.pad_id, self.ignore_eos = eos_id, pad_id, ignore_eos
+        self.next_pos = next_pos
+        pos_shape = (3, B, 1) if pos.dim() == 3 else (B, 1)
+        key_valid = torch.zeros(B, P + R, dtype=torch.bool, device=dev)
+        key_valid[:, :P] = prompt_mask.bool()
+        self.state = _State(
+            tok=torch.full((B, 1), pad_id, dtype=torch.long, device=dev),
+            pos=torch.zeros(pos_shape, dtype=pos.dtype, device=dev), key_valid=key_valid,
+            step=torch.zeros(1, dtype=torch.long, device=dev), alive=torch.ones(B, dtype=torch.bool, device=dev),
+            responses=torch.full((B, R), pad_id, dtype=torch.long, device=dev),
+            resp_mask=torch.zeros((B, R), dtype=torch.long, device=dev),
+            logps=torch.zeros((B, R), dtype=logits_dtype, device=dev))
+        self.graph: Any = None
+
+    # ------------------------------------------------------------------ one step
+    def _record(self, logits: Tensor) -> None:
+        """Sample response token ``step`` from ``logits`` (B, 1, V) and prepare the next forward's inputs."""
+        s = self.state
+        step_logits = upcast(logits[:, -1, :])
+        step_logits = step_logits + self.bias.to(step_logits.dtype)
+        u = self.uniforms.index_select(0, s.step).squeeze(0)  # (B,)
+        tok, lp = self.sampler(step_logits, u)
+        tok = torch.where(s.alive, tok, torch.full_like(tok, self.pad_id))
+        s.responses.index_copy_(1, s.step, tok[:, None])
+        s.resp_mask.index_copy_(1, s.step, s.alive.long()[:, None])
+        s.logps.index_copy_(1, s.step, torch.where(s.alive, lp, torch.zeros_like(lp)).to(s.logps.dtype)[:, None])
+        if not self.ignore_eos:
+            s.alive.logical_and_(tok != self.eos_id)
+        # the token just sampled is the next forward's input, at slot P + step, valid while its row lives
+        s.key_valid.index_copy_(1, s.step + self.P, s.alive[:, None])
+        s.tok.copy_(tok[:, None])
+        s.pos.copy_((self.next_pos + s.step)[..., None].expand_as(s.pos))  # (B, 1) or (3, B, 1)
+        s.step.add_(1)
+
+    def _step(self) -> None:
+        s = self.state
+        mask = s.key_valid[:, None, None, :]  # (B, 1, 1, L)
+        logits, _ = forward_logits(self.model, input_ids=s.tok, attention_mask=mask, pos=s.pos, cache=self.cache,
+                                   logits_to_keep=1)
+        self._record(logits)
+
+    # ------------------------------------------------------------------ driver
+    def prefill(self, prompt_ids: Tensor, prompt_mask: Tensor, pos: Tensor, vision: dict[str, Tensor | None]) -> None:
+        logits, _ = forward_logits(self.model, input_ids=prompt_ids,
+                                   attention_mask=prefill_mask(prompt_mask, self.P + self.R), pos=pos,
+                                   pixel_values=vision["pixel_values"], image_grid_thw=vision["image_grid_thw"],
+                                   mm_token_type_ids=vision["mm_token_type_ids"], cache=self.cache, logits_to_keep=1)
+        self._record(logits)
+
+    def capture(self, warmup: int = 2) -> None:
+        """Capture one decode step as a CUDA graph (after :meth:`prefill`); warm-up runs leave no trace."""
+        saved = [t.clone() for t in self.state.mutable()]
+        lengths = [layer.cumulative_length.clone() for layer in self.cache.layers]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                self._step()
+                self._restore(saved, lengths)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._step()
+        self._restore(saved, lengths)  # capture records without running; restore anyway, cheaply
+        self.graph = graph
+
+    def _restore(self, saved: list[Tensor], lengths: list[Tensor]) -> None:
+        for t, v in zip(self.state.mutable(), saved):
+            t.copy_(v)
+        for layer, v in zip(self.cache.layers, lengths):
+            layer.cumulative_length.copy_(v)
+
+    def run(self, *, run_to_length: bool, check_every: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Steps 1 … R-1; returns (responses, response mask, log-probs)."""
+        s = self.state
+        for t in range(1, self.R):
+            if not run_to_length and not self.ignore_eos and t % check_every == 0 and not bool(s.alive.any()):
+                break
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self._step()
+        return s.responses, s.resp_mask, s.logps

@@ -1,0 +1,102 @@
+"""The static-cache decoder (harness.core.decode) samples what the dynamic-cache loop samples.
+
+Real transformers architectures (dense, MoE, and the multimodal MoE with 3-D rope positions and an
+image in the prompt), tiny, float64, left-padded prompts of different lengths, sampling with EOS:
+the static engine (eager here; on CUDA the same step is replayed from a captured graph) must give
+the same tokens and masks and log-probs equal to float64 rounding, whatever ``check_every`` is.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from harness.core.decode import prefill_mask
+from harness.core.models import banned_bias
+from harness.core.rollout import draw_uniforms, generate
+
+V, EOS, PAD, IMG = 64, 1, 0, 60
+TEXT = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, max_position_embeddings=256, pad_token_id=PAD, eos_token_id=EOS)
+MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, decoder_sparse_step=1, mlp_only_layers=[])
+
+
+def _model(family: str) -> torch.nn.Module:
+    if family == "qwen3":
+        cfg = transformers.Qwen3Config(**TEXT)
+        cls = transformers.Qwen3ForCausalLM
+    elif family == "qwen3_moe":
+        cfg = transformers.Qwen3MoeConfig(**TEXT, **MOE)
+        cls = transformers.Qwen3MoeForCausalLM
+    else:
+        text = {**TEXT, **MOE, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                    "mrope_section": [2, 1, 1], "mrope_interleaved": True}}
+        vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=4, temporal_patch_size=2,
+                      spatial_merge_size=2, out_hidden_size=32, num_position_embeddings=16,
+                      deepstack_visual_indexes=[0], in_channels=3)
+        cfg = transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision, image_token_id=IMG,
+                                            video_token_id=61, vision_start_token_id=62, vision_end_token_id=63)
+        cls = transformers.Qwen3VLMoeForConditionalGeneration
+    cfg._attn_implementation = "sdpa"  # noqa: SLF001
+    cfg._experts_implementation = "eager"  # noqa: SLF001 - grouped_mm has no float64 kernel
+    torch.manual_seed(0)
+    return cls(cfg).to(torch.float64).eval()
+
+
+def _prompts(vlm: bool) -> tuple[dict[str, torch.Tensor], list, list]:
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(2, 56, (3, 10), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :4] = 0  # left padding of different lengths
+    mask[1, :1] = 0
+    ids = ids.masked_fill(mask == 0, PAD)
+    pixels, grids = [None] * 3, [None] * 3
+    if vlm:  # one image of 2×2 merged patches in the second prompt
+        ids[1, 2:6] = IMG
+        grids[1] = torch.tensor([[1, 4, 4]])
+        pixels[1] = torch.randn(16, 3 * 2 * 4 * 4, generator=g, dtype=torch.float64)
+    return {"input_ids": ids, "attention_mask": mask}, pixels, grids
+
+
+def _run(model, engine: str, *, check_every: int = 8, greedy: bool = False, top_k: int = 0, top_p: float = 1.0):
+    prompts, pixels, grids = _prompts(isinstance(model, transformers.Qwen3VLMoeForConditionalGeneration))
+    n, R = 2, 12
+    uniforms = draw_uniforms(torch.Generator().manual_seed(7), R, 3 * n, list(range(3 * n)), torch.device("cpu"))
+    return generate(model, prompts, n=n, max_new_tokens=R, temperature=1.0, top_k=top_k, top_p=top_p, eos_id=EOS,
+                    pad_id=PAD, image_pad_id=IMG, bias=banned_bias(V, [IMG, 61, 62, 63], torch.device("cpu")),
+                    uniforms=uniforms, group_ids=[0, 1, 2], pixels=pixels, grids=grids, greedy=greedy,
+                    engine=engine, check_every=check_every)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen3_moe", "qwen3_vl_moe"])
+def test_static_engine_samples_what_the_dynamic_loop_samples(family: str) -> None:
+    model = _model(family)
+    with torch.no_grad():
+        ref = _run(model, "dynamic")
+        assert 0 < int(ref.response_mask.sum()) < ref.response_mask.numel(), "the case should stop some rows early"
+        for check_every in (1, 3, 8):
+            got = _run(model, "static", check_every=check_every)
+            assert torch.equal(got.response_ids, ref.response_ids), check_every
+            assert torch.equal(got.response_mask, ref.response_mask)
+            torch.testing.assert_close(got.rollout_logp, ref.rollout_logp, rtol=0, atol=1e-12)
+
+
+def test_static_engine_greedy_and_filtered_sampling() -> None:
+    model = _model("qwen3")
+    with torch.no_grad():
+        for kw in ({"greedy": True}, {"top_k": 5}, {"top_p": 0.7}):
+            ref, got = _run(model, "dynamic", **kw), _run(model, "static", **kw)
+            assert torch.equal(got.response_ids, ref.response_ids), kw
+            torch.testing.assert_close(got.rollout_logp, ref.rollout_logp, rtol=0, atol=1e-12)
+
+
+def test_prefill_mask_is_causal_over_valid_keys() -> None:
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    m = prefill_mask(mask, 5)
+    assert m.shape == (2, 1, 3, 5)
+    assert m[0, 0].tolist() == [[True, False, False, False, False],  # a padding query sees itself only
+                                [False, True, False, False, False],
+                                [False, True, True, False, False]]
+    assert not m[:, :, :, 3:].any(), "response slots are not valid during prefill"
+
