@@ -203,7 +203,7 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from harness.core.data import EncodedPrompt, Example
     from harness.core.device import peak_memory_gb, reset_peak_memory
     from harness.core.trainer import GRPOTrainer
-    from harness.core.update import batched_logprobs, update_actor
+    from harness.core.update import batched_logprobs, is_on_policy, update_actor
 
     wl = workload(args, device)
     peak = args.peak_tflops or measure_peak_tflops(device)
@@ -233,13 +233,15 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         new_tokens.append(int(rb.response_mask.sum()))
         sync(device)
         t2 = time.perf_counter()
-        rb.tensors["old_logp"] = batched_logprobs(actor, rb, lp_micro, **lp_kw)
+        on_policy = is_on_policy(rb.size, B, 1)  # mini-batch B, one epoch: the update's forward gives old log-probs
+        if not on_policy:
+            rb.tensors["old_logp"] = batched_logprobs(actor, rb, lp_micro, **lp_kw)
         rb.tensors["ref_logp"] = batched_logprobs(ref, rb, lp_micro, **lp_kw)
         sync(device)
         t3 = time.perf_counter()
         actor.train()
         update_actor(actor, tr.optimizer, tr.scheduler, rb, cfg=tr.loss_cfg, mini_size=B, micro_size=micro, epochs=1,
-                     clip_grad=CLIP_GRAD, bias=tr.bias, image_pad_id=tr.ids["image_pad"])
+                     clip_grad=CLIP_GRAD, bias=tr.bias, image_pad_id=tr.ids["image_pad"], on_policy=on_policy)
         sync(device)
         t4 = time.perf_counter()
         steps.append(t4 - t0)
@@ -260,7 +262,8 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         "peak_mem_gb": max(mems) if device.type == "cuda" else None,
         "response_tokens_per_step": new_tokens, "exact_length": all(t == B * R for t in new_tokens),
         "settings": {"recipe": source, "update_micro_batch": micro, "logprob_micro_batch": lp_micro,
-                     "attn_implementation": tr.models.attn_implementation,
+                     "attn_implementation": tr.models.attn_implementation, "decode_engine": tr.decode_engine,
+                     "old_logprob_forward": not on_policy,
                      "experts_implementation": getattr(actor.config, "_experts_implementation", None),
                      "gradient_checkpointing": args.gradient_checkpointing, "dtype": wl["dtype"],
                      "optimizer": type(tr.optimizer).__name__, "weight_decay": cfg["actor_rollout_ref"]["actor"]

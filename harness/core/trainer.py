@@ -29,7 +29,7 @@ from harness.core.replay import ReplaySource, replayed_batch
 from harness.core.reward import get_reward
 from harness.core.rollout import RolloutBatch, draw_uniforms, generate
 from harness.core.tokenizer import NON_SAMPLABLE, load_tokenizer, special_token_ids
-from harness.core.update import LossConfig, batched_logprobs, update_actor
+from harness.core.update import LossConfig, batched_logprobs, is_on_policy, update_actor
 from harness.core.vision import build_image_processor
 from harness.errors import HarnessError
 
@@ -241,10 +241,13 @@ class GRPOTrainer:
         timing["timing_s/adv"] = self._tock(t)
 
         lp_kw = dict(bias=self.bias, temperature=self.loss_cfg.temperature, image_pad_id=self.ids["image_pad"])
+        world = self.dist.world
+        mini = self.actor_cfg["ppo_mini_batch_size"] * n // world
+        on_policy = is_on_policy(rb.size, mini, self.actor_cfg["ppo_epochs"])
         t = self._tick()
-        rb.tensors["old_logp"] = batched_logprobs(self.models.actor, rb,
-                                                  self.rollout_cfg["log_prob_micro_batch_size_per_gpu"] or rb.size,
-                                                  **lp_kw)
+        if not on_policy:  # on-policy, the update's own forward gives them
+            rb.tensors["old_logp"] = batched_logprobs(
+                self.models.actor, rb, self.rollout_cfg["log_prob_micro_batch_size_per_gpu"] or rb.size, **lp_kw)
         timing["timing_s/old_log_prob"] = self._tock(t)
         if self.models.ref is not None:
             t = self._tick()
@@ -254,15 +257,13 @@ class GRPOTrainer:
             timing["timing_s/ref"] = self._tock(t)
 
         t = self._tick()
-        world = self.dist.world
-        mini = self.actor_cfg["ppo_mini_batch_size"] * n // world
         micro = self.actor_cfg["ppo_micro_batch_size_per_gpu"] or mini
         self.models.actor.train()
         upd = update_actor(self.models.actor, self.optimizer, self.scheduler, rb, cfg=self.loss_cfg, mini_size=mini,
                            micro_size=micro, epochs=self.actor_cfg["ppo_epochs"],
                            clip_grad=self.actor_cfg["optim"]["clip_grad"], bias=self.bias,
                            image_pad_id=self.ids["image_pad"], all_reduce=self.dist.all_reduce,
-                           grad_scale=self.dist.grad_scale)
+                           grad_scale=self.dist.grad_scale, on_policy=on_policy)
         timing["timing_s/update_actor"] = self._tock(t)
         timing["timing_s/step"] = self._tock(t_step)
         return self._metrics(rb, rewards, upd, timing)

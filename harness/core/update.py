@@ -4,6 +4,10 @@ Loss scaling: each micro-batch's loss is aggregated with the *mini-batch's* glob
 denominators (token count for ``token-mean``, valid-sequence count for the ``seq-*`` modes),
 so the sum over micro-batches — and over data-parallel ranks, whose counts are all-reduced —
 equals the loss of the whole mini-batch for every aggregation mode.
+
+On-policy (one PPO epoch over one mini-batch), the old log-probs *are* the current ones: as in
+verl's actor, the update then takes them from its own forward (detached), and the trainer skips
+the separate old-log-prob forward (:func:`is_on_policy`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,11 @@ class LossConfig:
     kl_type: str
     temperature: float
     policy_loss: str = "vanilla"
+
+
+def is_on_policy(batch_size: int, mini_size: int, epochs: int) -> bool:
+    """One epoch over a single mini-batch: the policy that sampled is the one being updated, once."""
+    return epochs == 1 and mini_size >= batch_size
 
 
 def micro_batches(n: int, size: int) -> list[list[int]]:
@@ -72,17 +81,22 @@ def _count(mask: Tensor, all_reduce: Callable[[Tensor], Tensor]) -> tuple[Tensor
 def update_actor(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, batch: RolloutBatch, *,
                  cfg: LossConfig, mini_size: int, micro_size: int, epochs: int, clip_grad: float, bias: Tensor,
                  image_pad_id: int,
-                 all_reduce: Callable[[Tensor], Tensor] = lambda t: t, grad_scale: float = 1.0) -> dict[str, float]:
+                 all_reduce: Callable[[Tensor], Tensor] = lambda t: t, grad_scale: float = 1.0,
+                 on_policy: bool = False) -> dict[str, float]:
     """PPO epochs over mini-batches; one optimiser step per mini-batch. Returns averaged metrics.
 
     ``grad_scale`` compensates a data-parallel gradient *average* (FSDP divides by world size):
-    the losses here are sums over ranks, so the backward is scaled by the world size.
+    the losses here are sums over ranks, so the backward is scaled by the world size. ``on_policy``
+    (only with :func:`is_on_policy`): the old log-probs are the update's own, detached, and are
+    handed back in ``batch.tensors["old_logp"]``.
     """
     loss_fn = algos.get_policy_loss(cfg.policy_loss)
     kl_fn = algos.get_kl(cfg.kl_type) if cfg.use_kl_loss else None
     sums: dict[str, float] = {}
     n_steps = 0
-    adv, old, ref = batch.tensors["advantages"], batch.tensors["old_logp"], batch.tensors.get("ref_logp")
+    if on_policy and not is_on_policy(batch.size, mini_size, epochs):
+        raise ValueError("on_policy needs one PPO epoch over one mini-batch; otherwise give old_logp")
+    own_logp: list[Tensor] = []  # on-policy: the old log-probs, from the update's own forwards
     for _ in range(epochs):
         for mini_idx in micro_batches(batch.size, mini_size):
             mini = batch.select(mini_idx)
@@ -95,7 +109,10 @@ def update_actor(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sched
                 mask = mb.response_mask
                 logp, ent = sequence_logprobs(model, mb, bias=bias, temperature=cfg.temperature,
                                               image_pad_id=image_pad_id, with_entropy=True)
-                pg, stats = loss_fn(mb.tensors["old_logp"], logp, mb.tensors["advantages"], mask,
+                if on_policy:
+                    own_logp.append(logp.detach())
+                old_logp = own_logp[-1] if on_policy else mb.tensors["old_logp"]
+                pg, stats = loss_fn(old_logp, logp, mb.tensors["advantages"], mask,
                                     clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_ratio_c=cfg.clip_ratio_c,
                                     agg_mode=cfg.agg_mode, **agg)
                 ent_loss = algos.agg_loss(ent, mask, cfg.agg_mode, **agg)
@@ -135,5 +152,6 @@ def update_actor(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sched
             n_steps += 1
     if scheduler is not None:
         scheduler.step()
-    del adv, old, ref
+    if on_policy:
+        batch.tensors["old_logp"] = torch.cat(own_logp, dim=0)  # rows in batch order: one mini-batch, in order
     return {k: v / n_steps for k, v in sums.items()}

@@ -74,3 +74,30 @@ def test_micro_batches_step_like_the_whole_mini_batch(mode: str, monkeypatch: py
         got, metrics = _step(mode, micro, monkeypatch)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=f"{mode}, micro-batch {micro}")
         assert metrics["actor/kl_loss"] > 0
+
+
+@pytest.mark.parametrize("mode", algos.AGG_MODES)
+def test_on_policy_update_takes_old_logprobs_from_its_own_forward(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One epoch, one mini-batch: no old_logp given, the update's detached log-probs stand in — the same step."""
+    monkeypatch.setattr(update, "sequence_logprobs", _logprobs)
+    assert update.is_on_policy(B, B, 1) and not update.is_on_policy(B, B // 2, 1) and not update.is_on_policy(B, B, 2)
+    given = _batch()
+    with torch.no_grad():
+        given.tensors["old_logp"] = _logprobs(Toy(), given, bias=None, temperature=1.0, image_pad_id=0)[0]
+    own = _batch()
+    del own.tensors["old_logp"]
+    tables = []
+    for batch in (given, own):
+        model = Toy()
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        metrics = update.update_actor(model, opt, None, batch, cfg=_cfg(mode), mini_size=B, micro_size=4, epochs=1,
+                                      clip_grad=1e9, bias=torch.zeros(()), image_pad_id=0,
+                                      on_policy="old_logp" not in batch.tensors)
+        tables.append(model.table.detach())
+        assert metrics["actor/pg_clipfrac"] == 0.0 and metrics["actor/ppo_kl"] == 0.0
+    assert torch.equal(tables[0], tables[1])
+    assert torch.equal(own.tensors["old_logp"], given.tensors["old_logp"]), "the update hands back the old log-probs"
+    with pytest.raises(ValueError, match="one PPO epoch over one mini-batch"):
+        update.update_actor(Toy(), torch.optim.SGD(Toy().parameters(), lr=1.0), None, _batch(), cfg=_cfg(mode),
+                            mini_size=B // 2, micro_size=4, epochs=1, clip_grad=1e9, bias=torch.zeros(()),
+                            image_pad_id=0, on_policy=True)
