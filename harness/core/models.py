@@ -212,6 +212,24 @@ def forward_logits(model: torch.nn.Module, *, input_ids: Tensor, attention_mask:
     return out.logits, cache
 
 
+def forward_hidden(model: torch.nn.Module, *, input_ids: Tensor, attention_mask: Tensor, pos: Tensor,
+                   pixel_values: Tensor | None = None, image_grid_thw: Tensor | None = None,
+                   mm_token_type_ids: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The decoder's last hidden states (B, L, H) and the output head's weight (V, H), no logits.
+
+    The same inputs as :func:`forward_logits` without a cache; the caller applies the head (for
+    log-probs chunk by chunk, so that no (B, L, V) tensor exists).
+    """
+    kwargs: dict[str, Any] = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos,
+                                  use_cache=False)
+    if pixel_values is not None:
+        kwargs.update(pixel_values=pixel_values, image_grid_thw=image_grid_thw)
+    if mm_token_type_ids is not None:
+        kwargs["mm_token_type_ids"] = mm_token_type_ids
+    out = model.model(**kwargs)
+    return out.last_hidden_state, model.get_output_embeddings().weight
+
+
 def banned_bias(vocab_size: int, banned: list[int], device: torch.device) -> Tensor:
     """(V,) bias: 0, or BANNED_LOGIT at tokens a response may never contain (cast to the logits' dtype)."""
     bias = torch.zeros(vocab_size, dtype=torch.float64, device=device)

@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from harness.core import algos
-from harness.core.models import forward_logits, position_ids, upcast
+from harness.core.models import forward_hidden, forward_logits, position_ids, upcast
 from harness.core.rollout import RolloutBatch
 
 
@@ -48,13 +49,64 @@ def micro_batches(n: int, size: int) -> list[list[int]]:
     return [list(range(i, min(n, i + size))) for i in range(0, n, size)]
 
 
+# A micro-batch whose float32 logits would exceed this is projected by the output head in chunks of
+# about this size (each recomputed in the backward), so the peak follows the hidden size, not V.
+LOGIT_CHUNK_BYTES = 1 << 30
+
+
+def _head_chunk(hidden: Tensor, weight: Tensor, labels: Tensor, bias: Tensor, temperature: float,
+                with_entropy: bool) -> tuple[Tensor, ...]:
+    logits = upcast(torch.nn.functional.linear(hidden, weight))  # (n, V), as the head computes it, then upcast
+    logits = (logits + bias.to(logits.dtype)) / temperature
+    logp = algos.logprobs_from_logits(logits[None], labels[None])[0]
+    return (logp, algos.entropy_from_logits(logits)) if with_entropy else (logp,)
+
+
+def logprobs_from_hidden(hidden: Tensor, weight: Tensor, labels: Tensor, *, bias: Tensor, temperature: float,
+                         chunk_rows: int, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+    """Log-probs and entropies (B, R) of ``labels`` from hidden states (B, R, H) and the head (V, H).
+
+    ``chunk_rows`` positions at a time; with gradients on, each chunk is checkpointed: its logits
+    are recomputed in the backward rather than kept.
+    """
+    B, R, H = hidden.shape
+    flat_h, flat_y = hidden.reshape(B * R, H), labels.reshape(B * R)
+    parts = []
+    for i in range(0, B * R, chunk_rows):
+        args = (flat_h[i:i + chunk_rows], weight, flat_y[i:i + chunk_rows], bias, temperature, with_entropy)
+        parts.append(checkpoint(_head_chunk, *args, use_reentrant=False) if torch.is_grad_enabled()
+                     else _head_chunk(*args))
+    logp = torch.cat([p[0] for p in parts]).reshape(B, R)
+    return logp, torch.cat([p[1] for p in parts]).reshape(B, R) if with_entropy else None
+
+
+def _is_sharded(model: torch.nn.Module) -> bool:
+    """FSDP2-wrapped: its root hooks must run, so the head cannot be applied on its own."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
 def sequence_logprobs(model: torch.nn.Module, batch: RolloutBatch, *, bias: Tensor, temperature: float,
                       image_pad_id: int, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
-    """Log-probs (B, R) of the response tokens (and entropies (B, R)) under ``model``."""
+    """Log-probs (B, R) of the response tokens (and entropies (B, R)) under ``model``.
+
+    Where the micro-batch's float32 logits would exceed :data:`LOGIT_CHUNK_BYTES` (and the model is
+    not sharded), the head is applied chunk by chunk (:func:`logprobs_from_hidden`).
+    """
     inputs = batch.model_inputs(image_pad_id)
     pos = position_ids(model, inputs["input_ids"], inputs["attention_mask"], inputs["mm_token_type_ids"],
                        inputs["image_grid_thw"])
-    R = batch.response_ids.shape[1]
+    B, R = batch.response_ids.shape
+    vocab = bias.shape[-1]
+    if B * R * vocab * 4 > LOGIT_CHUNK_BYTES and not _is_sharded(model):
+        hidden, weight = forward_hidden(model, input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                        pos=pos, pixel_values=inputs["pixel_values"],
+                                        image_grid_thw=inputs["image_grid_thw"],
+                                        mm_token_type_ids=inputs["mm_token_type_ids"])
+        return logprobs_from_hidden(hidden[:, -(R + 1):-1, :], weight, batch.response_ids, bias=bias,
+                                    temperature=temperature, chunk_rows=max(1, LOGIT_CHUNK_BYTES // (vocab * 4)),
+                                    with_entropy=with_entropy)
     logits, _ = forward_logits(model, input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], pos=pos,
                                pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"],
                                mm_token_type_ids=inputs["mm_token_type_ids"], logits_to_keep=R + 1)

@@ -1,9 +1,13 @@
-"""The static-cache decoder (harness.core.decode) samples what the dynamic-cache loop samples.
+"""The GPU engine's pieces, checked on the CPU against the plain paths.
+
+The static-cache decoder (harness.core.decode) samples what the dynamic-cache loop samples.
 
 Real transformers architectures (dense, MoE, and the multimodal MoE with 3-D rope positions and an
 image in the prompt), tiny, float64, left-padded prompts of different lengths, sampling with EOS:
 the static engine (eager here; on CUDA the same step is replayed from a captured graph) must give
 the same tokens and masks and log-probs equal to float64 rounding, whatever ``check_every`` is.
+Log-probs through the output head in checkpointed chunks equal those from full logits, with the
+same gradients.
 """
 
 from __future__ import annotations
@@ -100,3 +104,37 @@ def test_prefill_mask_is_causal_over_valid_keys() -> None:
                                 [False, True, True, False, False]]
     assert not m[:, :, :, 3:].any(), "response slots are not valid during prefill"
 
+
+
+def _lp_batch(model, family: str):
+    """A finished rollout of ``model`` (responses with EOS and padding) to recompute log-probs on."""
+    with torch.no_grad():
+        return _run(model, "dynamic")
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen3_vl_moe"])
+def test_chunked_head_logprobs_equal_full_logits(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past LOGIT_CHUNK_BYTES the head runs chunk by chunk, checkpointed: same values, same gradients."""
+    from harness.core import update
+
+    model = _model(family).train()
+    rb = _lp_batch(model, family)
+    bias = banned_bias(V, [IMG, 61, 62, 63], torch.device("cpu"))
+    results = []
+    for limit in (1 << 40, 7 * V * 8):  # whole logits; chunks of 7 (float64 counted as 4 bytes: 14 rows)
+        monkeypatch.setattr(update, "LOGIT_CHUNK_BYTES", limit)
+        model.zero_grad()
+        logp, ent = update.sequence_logprobs(model, rb, bias=bias, temperature=0.7, image_pad_id=IMG,
+                                             with_entropy=True)
+        mask = rb.response_mask.double()
+        ((logp * mask).sum() + 0.1 * (ent * mask).sum()).backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((logp.detach(), ent.detach(), grads))
+    (lp0, e0, g0), (lp1, e1, g1) = results
+    torch.testing.assert_close(lp1, lp0, rtol=0, atol=1e-12)
+    torch.testing.assert_close(e1, e0, rtol=0, atol=1e-12)
+    torch.testing.assert_close(g1, g0, rtol=1e-10, atol=1e-12)
+    with torch.no_grad():
+        nograd, none = update.sequence_logprobs(model, rb, bias=bias, temperature=0.7, image_pad_id=IMG)
+    assert none is None
+    torch.testing.assert_close(nograd, lp0, rtol=0, atol=1e-12)
