@@ -51,7 +51,8 @@ def build(dims: dict, layers: int, device: torch.device, dtype: torch.dtype, vlm
         vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=8, temporal_patch_size=2,
                       spatial_merge_size=2, out_hidden_size=dims["hidden_size"], num_position_embeddings=64,
                       deepstack_visual_indexes=[0], in_channels=3)
-        cfg = transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision, image_token_id=dims["vocab_size"] - 4,
+        cfg = transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision,
+                                            image_token_id=dims["vocab_size"] - 4,
                                             video_token_id=dims["vocab_size"] - 3,
                                             vision_start_token_id=dims["vocab_size"] - 2,
                                             vision_end_token_id=dims["vocab_size"] - 1)
