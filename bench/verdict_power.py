@@ -7,7 +7,9 @@ machine's load at the moment, not the numerics);
 with ``--replay`` the same four faults are also replayed on the baseline's rollouts
 (``--tier replay``: each must FAIL within the first 3 steps). Runs go ``--jobs`` at a time, each
 with the numerics pin's thread count. Writes ``verdict_power.json`` and a Markdown table
-(``verdict_power.md``) under ``--out``.
+(``verdict_power.md``) under ``--out``. A run already judged there (its ``verdict.json`` exists) is
+re-read, not re-run, so an interrupted campaign continues where it stopped; a run directory left
+without a verdict is kept and the job runs again beside it (``run-NN.retry1`` …).
 
     python bench/verdict_power.py qwen3_vl_30b --seeds 20 --first-seed 1000 --jobs 2 --out runs/power
 """
@@ -94,10 +96,23 @@ def main() -> int:
     if args.summarize:
         for i, (name, j) in enumerate(jobs.items()):
             results[name] = {**read_result(args.out / f"run-{i:02d}", j["tier"]), "expect": j["expect"]}
+    todo: dict[str, Path] = {}
+    for i, (name, j) in enumerate(jobs.items()):
+        if args.summarize:
+            break
+        out = args.out / f"run-{i:02d}"
+        if (out / "verdict.json").is_file():
+            results[name] = {**read_result(out, j["tier"]), "expect": j["expect"]}
+            continue
+        retry = 0
+        while out.exists():
+            retry += 1
+            out = args.out / f"run-{i:02d}.retry{retry}"
+        todo[name] = out
     with cf.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futs = {pool.submit(run_one, args.recipe, args.out / f"run-{i:02d}", tier=j["tier"], sets=j["sets"],
-                            env=j["env"], profile=args.profile, baseline=args.baseline): name
-                for i, (name, j) in enumerate(jobs.items()) if not args.summarize}
+        futs = {pool.submit(run_one, args.recipe, out, tier=jobs[name]["tier"], sets=jobs[name]["sets"],
+                            env=jobs[name]["env"], profile=args.profile, baseline=args.baseline): name
+                for name, out in todo.items()}
         for fut in cf.as_completed(futs):
             name = futs[fut]
             results[name] = {**fut.result(), "expect": jobs[name]["expect"]}
