@@ -93,22 +93,16 @@ def main() -> int:
         if args.replay:
             jobs[f"{name} (replay)"] = dict(tier="replay", sets=sets, env=f.get("env", {}), expect="fail")
     results: dict[str, dict] = {}
-    if args.summarize:
-        for i, (name, j) in enumerate(jobs.items()):
-            results[name] = {**read_result(args.out / f"run-{i:02d}", j["tier"]), "expect": j["expect"]}
     todo: dict[str, Path] = {}
     for i, (name, j) in enumerate(jobs.items()):
-        if args.summarize:
-            break
-        out = args.out / f"run-{i:02d}"
-        if (out / "verdict.json").is_file():
-            results[name] = {**read_result(out, j["tier"]), "expect": j["expect"]}
-            continue
-        retry = 0
-        while out.exists():
-            retry += 1
-            out = args.out / f"run-{i:02d}.retry{retry}"
-        todo[name] = out
+        tries = [args.out / f"run-{i:02d}"]
+        while tries[-1].exists():
+            tries.append(args.out / f"run-{i:02d}.retry{len(tries)}")
+        judged = [d for d in tries if (d / "verdict.json").is_file()]
+        if judged or args.summarize:
+            results[name] = {**read_result(judged[-1] if judged else tries[0], j["tier"]), "expect": j["expect"]}
+        else:
+            todo[name] = tries[-1]
     with cf.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futs = {pool.submit(run_one, args.recipe, out, tier=jobs[name]["tier"], sets=jobs[name]["sets"],
                             env=jobs[name]["env"], profile=args.profile, baseline=args.baseline): name
