@@ -14,6 +14,7 @@ See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import importlib.metadata
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="recompute activations in the backward, on both sides (default off on both)")
     p.add_argument("--peak-tflops", type=float, default=None, help="default: measured (a large matmul)")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    p.add_argument("--profile-step", type=int, default=None,
+                   help="ours: run this step under torch.profiler; its kernel table per phase goes to --out")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     p.add_argument("--child-out", default=None, help=argparse.SUPPRESS)  # set by --side both for its subprocesses
     args = p.parse_args(argv)
@@ -197,6 +201,41 @@ def gpu_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
+# ----------------------------------------------------------------------------- profiling
+def start_profile(device: torch.device) -> Any:
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    prof = profile(activities=acts, record_shapes=False)
+    prof.__enter__()
+    return prof
+
+
+@contextlib.contextmanager
+def phase(prof: Any, name: str) -> Iterator[None]:
+    """A named range in the profile (nothing when not profiling)."""
+    if prof is None:
+        yield
+        return
+    with torch.profiler.record_function(f"phase:{name}"):
+        yield
+
+
+def write_profile(prof: Any, out: Path, step: int) -> None:
+    """The step's operator/kernel table (by self device time, then CPU time) and the phases' totals."""
+    prof.__exit__(None, None, None)
+    events = prof.key_averages()
+    key = "self_device_time_total" if any(getattr(e, "self_device_time_total", 0) for e in events) \
+        else "self_cpu_time_total"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"profile-ours-step{step}.txt"
+    phases = [e for e in events if e.key.startswith("phase:")]
+    head = "\n".join(f"{e.key}: cpu {e.cpu_time_total / 1e3:.1f} ms, "
+                     f"device {getattr(e, 'device_time_total', 0) / 1e3:.1f} ms" for e in phases)
+    path.write_text(head + "\n\n" + events.table(sort_by=key, row_limit=60) + "\n")
+    print(f"[ours] profile of step {step}: {path}", flush=True)
+
+
 # ----------------------------------------------------------------------------- ours
 def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from harness.core import algos
@@ -221,10 +260,12 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     B, R = args.prompts * args.n, args.response_len
     steps, splits, mems, new_tokens = [], [], [], []
     for step in range(args.steps):
+        prof = start_profile(device) if step == args.profile_step else None
         reset_peak_memory(device)
         sync(device)
         t0 = time.perf_counter()
-        rb = tr.rollout(batch, step=step, n=args.n, sampling=tr.rollout_cfg, ignore_eos=True)
+        with phase(prof, "gen"):
+            rb = tr.rollout(batch, step=step, n=args.n, sampling=tr.rollout_cfg, ignore_eos=True)
         sync(device)
         t1 = time.perf_counter()
         scores = even_fraction(rb.response_ids, rb.response_mask)
@@ -234,16 +275,21 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         sync(device)
         t2 = time.perf_counter()
         on_policy = is_on_policy(rb.size, B, 1)  # mini-batch B, one epoch: the update's forward gives old log-probs
-        if not on_policy:
-            rb.tensors["old_logp"] = batched_logprobs(actor, rb, lp_micro, **lp_kw)
-        rb.tensors["ref_logp"] = batched_logprobs(ref, rb, lp_micro, **lp_kw)
+        with phase(prof, "logprob"):
+            if not on_policy:
+                rb.tensors["old_logp"] = batched_logprobs(actor, rb, lp_micro, **lp_kw)
+            rb.tensors["ref_logp"] = batched_logprobs(ref, rb, lp_micro, **lp_kw)
         sync(device)
         t3 = time.perf_counter()
         actor.train()
-        update_actor(actor, tr.optimizer, tr.scheduler, rb, cfg=tr.loss_cfg, mini_size=B, micro_size=micro, epochs=1,
-                     clip_grad=CLIP_GRAD, bias=tr.bias, image_pad_id=tr.ids["image_pad"], on_policy=on_policy)
+        with phase(prof, "update"):
+            update_actor(actor, tr.optimizer, tr.scheduler, rb, cfg=tr.loss_cfg, mini_size=B, micro_size=micro,
+                         epochs=1, clip_grad=CLIP_GRAD, bias=tr.bias, image_pad_id=tr.ids["image_pad"],
+                         on_policy=on_policy)
         sync(device)
         t4 = time.perf_counter()
+        if prof is not None:
+            write_profile(prof, Path(args.out), step)
         steps.append(t4 - t0)
         splits.append({"gen": t1 - t0, "ref_old_logprob": t3 - t2, "update": t4 - t3, "other": t2 - t1})
         mems.append(peak_memory_gb(device) if device.type == "cuda" else 0.0)
