@@ -79,15 +79,30 @@ def _exit(code: int) -> str:
     return f"signal {-code}" if code < 0 else f"code {code}"
 
 
+def _reports(output: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(root cause, the other failed ranks) as (rank, exit code) pairs from torchrun's report."""
+    head, _, root = output.rpartition("Root Cause")
+    first = _FAIL.findall(root) if head else []
+    return first, [f for f in _FAIL.findall(head if head else output) if f not in first]
+
+
+def stopped_by_signal(output: str, forwarded: bool) -> bool:
+    """The ranks stopped on request (a signal sent here, or every first-failing rank exiting 130/143).
+
+    Not when another rank died first: torchrun's agent then SIGTERMs the survivors, which also
+    report 'interrupted'.
+    """
+    first, _ = _reports(output)
+    return forwarded or (bool(first) and all(int(c) in (128 + signal.SIGINT, 128 + signal.SIGTERM) for _, c in first))
+
+
 def failure_summary(output: str) -> str:
     """One line naming the failed rank(s) and why, from torchrun's failure report and rank errors.
 
     torchrun's report lists the root cause (the first rank to fail) after the others; the root
     cause comes first here, the ranks the agent then stopped after it.
     """
-    head, _, root = output.rpartition("Root Cause")
-    first = _FAIL.findall(root) if head else []
-    others = [f for f in _FAIL.findall(head if head else output) if f not in first]
+    first, others = _reports(output)
     parts = [f"rank {r} exited with {_exit(int(c))} (first failure)" for r, c in first]
     parts += [f"rank {r} exited with {_exit(int(c))}" for r, c in others]
     parts += [line.strip() for line in output.splitlines() if line.startswith("error: rank")][:1]
@@ -139,11 +154,12 @@ def launch(res: Resolved, args: argparse.Namespace, run_dir: Path) -> None:
             signal.signal(sig, handler)
     if code == 0:
         return
-    summary = failure_summary("".join(captured))
+    output = "".join(captured)
+    summary = failure_summary(output)
     manifest_path = run_dir / "manifest.json"
     if manifest_path.is_file():
         manifest = load_json_strict(manifest_path)
-        if manifest.get("status") == "interrupted" and forwarded:
+        if manifest.get("status") == "interrupted" and stopped_by_signal(output, bool(forwarded)):
             error = manifest.get("error") or "interrupted"
             raise HarnessError(error, exit_code=interrupt_exit_code(error))
         if manifest.get("status") in ("running", "failed", "interrupted"):

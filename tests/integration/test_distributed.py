@@ -19,12 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 NON_NUMERIC = ("timing_s/", "perf/")
 
 
-def _recipe(tmp: Path, name: str, agg_mode: str) -> Path:
-    """The qwen3_vl_30b recipe in float64 (numerics reference mode) with the given loss aggregation."""
+def _recipe(tmp: Path, name: str, agg_mode: str, dtype: str = "float64") -> Path:
+    """The qwen3_vl_30b recipe in float64 (numerics reference mode) with the given loss aggregation.
+
+    A short warm start (20 steps): these tests compare processes, not what the policy learned.
+    """
     data = json.loads((RECIPES_DIR / "qwen3_vl_30b.json").read_text())
     data["name"] = name
     data["actor_rollout_ref"]["actor"]["loss_agg_mode"] = agg_mode
-    data["profiles"]["cpu"]["smoke"]["model"]["dtype"] = "float64"
+    data["profiles"]["cpu"]["smoke"]["model"]["dtype"] = dtype
+    data["scales"]["smoke"]["warm_start"]["steps"] = 20
     data["$schema"] = str(ROOT / "schemas/v1/recipe.schema.json")
     path = tmp / f"{name}.json"
     path.write_text(json.dumps(data))
@@ -68,7 +72,7 @@ def test_two_processes_match_one(tmp_path: Path, agg_mode: str) -> None:
 
 
 def test_killed_rank_fails_the_run_fast(tmp_path: Path) -> None:
-    recipe = _recipe(tmp_path, "dp_kill", "token-mean")
+    recipe = _recipe(tmp_path, "dp_kill", "token-mean", dtype="float32")
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_CACHE": str(tmp_path / "cache"),
            "HARNESS_COLLECTIVE_TIMEOUT_S": "60"}

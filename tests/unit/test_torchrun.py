@@ -96,3 +96,9 @@ error: rank 0: step failed
     assert torchrun.failure_summary("  rank      : 3 (local_rank: 3)\n  exitcode  : 1 (pid: 9)\n") == \
         "rank 3 exited with code 1"
     assert torchrun.failure_summary("nothing useful") == "torchrun failed (no rank report)"
+    # rank 1 died: the SIGTERM the agent then sends rank 0 is not a stop on request
+    assert not torchrun.stopped_by_signal(report, forwarded=False)
+    assert torchrun.stopped_by_signal(report, forwarded=True)
+    asked = report.replace("exitcode  : -9 (pid: 24883)  (SIGKILL)", "exitcode  : 143 (pid: 24883)")
+    assert torchrun.stopped_by_signal(asked, forwarded=False), "every first-failing rank exited 143: a requested stop"
+    assert not torchrun.stopped_by_signal("nothing useful", forwarded=False)
