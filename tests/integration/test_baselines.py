@@ -143,6 +143,7 @@ def gate(work: Path, recorded: dict[str, Path]) -> dict[str, Any]:
     step_summary = work / "step-summary.md"
     step_summary.write_text("previous step\n")
     proc = harness(work, "gate", "--profile", "cpu", "--recipes", RECIPE, "--steps", str(STEPS), "--out", str(out),
+                   "--ckpt-resume-steps", "2",
                    "--baselines", str(recorded["baselines"]), "--junit", str(work / "junit.xml"), "--summary",
                    str(work / "summary.md"), extra_env={"GITHUB_STEP_SUMMARY": str(step_summary)})
     return {"proc": proc, "out": out, "step_summary": step_summary}

@@ -34,7 +34,7 @@ RECIPE = "recipes/qwen3_vl_30b.json"
 
 def harness(cwd: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_FAULT"}
-    env.update(PYTHONPATH=str(ROOT), HARNESS_CACHE=str(cwd / "cache"))
+    env.update(PYTHONPATH=str(ROOT))  # HARNESS_CACHE: the session's (tests/conftest.py)
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=timeout,
                           env=env, cwd=cwd)
 

@@ -36,7 +36,7 @@ def _recipe(tmp: Path, name: str, agg_mode: str, dtype: str = "float64") -> Path
 
 
 def _run(recipe: Path, out: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_CACHE": str(out.parent / "cache")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "harness", "run", str(recipe), "--profile", "cpu", "--steps", "2", "--out", str(out),
            "--stage", "train", "--quiet", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
@@ -74,8 +74,7 @@ def test_two_processes_match_one(tmp_path: Path, agg_mode: str) -> None:
 def test_killed_rank_fails_the_run_fast(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, "dp_kill", "token-mean", dtype="float32")
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_CACHE": str(tmp_path / "cache"),
-           "HARNESS_COLLECTIVE_TIMEOUT_S": "60"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_COLLECTIVE_TIMEOUT_S": "60"}
     cmd = [sys.executable, "-m", "harness", "run", str(recipe), "--profile", "cpu", "--steps", "40", "--out", str(out),
            "--stage", "train", "--quiet", "--runtime", "torchrun", "--nproc-per-node", "2"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)

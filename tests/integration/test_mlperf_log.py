@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def harness(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_FAULT"}
-    env.update(PYTHONPATH=str(ROOT), HARNESS_CACHE=str(cwd / "cache"))
+    env.update(PYTHONPATH=str(ROOT))  # HARNESS_CACHE: the session's (tests/conftest.py)
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=900,
                           env=env, cwd=cwd)
 
