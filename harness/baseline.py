@@ -187,11 +187,19 @@ def load_baseline(path: Path) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- building
 def throughput_reference(env: dict[str, Any], steady_values: list[float], seed_values: list[float], q: float,
-                         runtime: str) -> dict[str, Any]:
-    """One throughput reference: valid only for runs on this device model with this thread count."""
-    return {"device_model": env["machine"]["device_model"], "threads": env["software"]["threads"],
-            "runtime": runtime, "value": quantile(steady_values, q), "seed_values": seed_values,
-            "relative_spread": rel_spread(seed_values), "recorded_utc": utc_now()}
+                         runtime: str, manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    """One throughput reference: valid only for runs on this device model with this thread count.
+
+    With the runs' machine speed (their manifests' calibration), the median of it is kept so that a
+    run on a faster or slower machine of the same model is held to a floor scaled accordingly.
+    """
+    ref = {"device_model": env["machine"]["device_model"], "threads": env["software"]["threads"],
+           "runtime": runtime, "value": quantile(steady_values, q), "seed_values": seed_values,
+           "relative_spread": rel_spread(seed_values), "recorded_utc": utc_now()}
+    speeds = [m["calibration"]["speed_index"] for m in manifests if m.get("calibration")]
+    if speeds:
+        ref["speed_index"] = statistics.median(speeds)
+    return ref
 
 
 def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -268,7 +276,7 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any]
         "policy": policy,
         "metrics": metrics,
         "throughput": {"references": [throughput_reference(env, [v for vals in tp_seeds for v in vals], tp_meds,
-                                                           tp["quantile"], prim["runtime"]["kind"])]},
+                                                           tp["quantile"], prim["runtime"]["kind"], manifests)]},
         "memory": {"value": statistics.median(mem_peaks) if mem_peaks else 0.0, "seed_values": mem_peaks,
                    "relative_spread": rel_spread(mem_peaks)},
         "runs": [{"seed": m["seed"], "run_dir": str(d), "metrics_sha256": file_sha256(d / "metrics.jsonl")}

@@ -157,7 +157,7 @@ def record_throughput(recipe: str, profile: str, scale: str, *, runs: int, steps
         raise HarnessError("no steady steps to measure throughput", key_path="--steps", fix="record more steps")
     ref = throughput_reference(summary(manifest), [v for vals in per_run for v in vals],
                                [quantile(v, pol["quantile"]) for v in per_run], pol["quantile"],
-                               manifest["runtime"]["kind"])
+                               manifest["runtime"]["kind"], [load_json_strict(d / "manifest.json") for d in dirs])
     refs = doc["throughput"]["references"]
     same = [r for r in refs if (r["device_model"], r["threads"]) == (ref["device_model"], ref["threads"])]
     if same and not force:

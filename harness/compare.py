@@ -294,7 +294,7 @@ def _judge(run_dir: Path, baseline_path: Path | None, forced: str | None) -> Ver
     v.changes = [{"key": c.key, "baseline": c.ref, "run": c.run, "blocks_exact": c.blocks_exact}
                  for c in environment.changes(run_env, baseline["environment"])]
     ctx = Context(run, baseline, upto, run_env, manifest["resolved_config"]["model"]["dtype"],
-                  baseline.get("dtype", "float32"))
+                  baseline.get("dtype", "float32"), (manifest.get("calibration") or {}).get("speed_index"))
     replayed = bool(manifest.get("replay"))
     moved = [c["key"] for c in v.changes if c["blocks_exact"]] + (["replay run (no sampling)"] if replayed else [])
     v.checks, notices = evaluate(ctx, tiers, throughput=not replayed, memory_differs=moved)

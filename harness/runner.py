@@ -26,7 +26,7 @@ from harness import __version__, numerics
 from harness.checkpoint import (Interrupted, ResumePlan, clean_partial, load_checkpoint, plan_resume,
                                 request_stop_after, save_checkpoint)
 from harness.core.replay import ReplaySource, save_initial, save_step
-from harness.core.device import numerics_env, resolve_device, set_determinism
+from harness.core.device import CALIBRATION_WORKLOAD, numerics_env, resolve_device, set_determinism, speed_index
 from harness.core.trainer import Dist, GRPOTrainer
 from harness.core.warmstart import run_warm_start
 from harness.errors import HarnessError
@@ -205,6 +205,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     numerics.activate()
     set_determinism(int(cfg["seed"]), bool(cfg["deterministic"]))
     device = resolve_device(cfg["trainer"]["device"], local_rank)
+    speeds = [speed_index(device)] if dist.rank == 0 else []  # machine speed, at the start and the end
     record = None
     if dist.rank == 0:
         record = _resume_record(run_dir, res, plan, total) if plan else \
@@ -306,6 +307,10 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     bar.close()
     if record is None:
         return {}
+    speeds.append(speed_index(device))
+    # the faster sample: a neighbour's burst during one sample must not lower the floor the run is held to
+    record.update(calibration={"speed_index": max(speeds), "samples": speeds,
+                               "workload": CALIBRATION_WORKLOAD})
     record.finish("complete")
     return record.manifest
 

@@ -180,7 +180,12 @@ def manifest_schema() -> dict[str, Any]:
                              "utc": _utc("When it resumed (UTC)."),
                              "overrides": _overrides(),
                          })),
-    }, optional=("model", "warm_start", "data", "resumes", "numerics", "replay"))
+        "calibration": obj("This machine's speed, measured at the run's start and end (written when it completes).", {
+            "speed_index": number("The faster sample: repetitions per second of the workload.", exclusive_min=0),
+            "samples": array("Start, end.", number("Repetitions per second.", exclusive_min=0), min_items=1),
+            "workload": string("The fixed workload timed.", min_length=1),
+        }),
+    }, optional=("model", "warm_start", "data", "resumes", "numerics", "replay", "calibration"))
     return _top("manifest", "manifest", schema)
 
 
@@ -260,7 +265,9 @@ def baseline_schema() -> dict[str, Any]:
         "seed_values": _series("Per-run quantile."),
         "relative_spread": number("Std of the per-run values / their median.", 0),
         "recorded_utc": _utc("When measured."),
-    })
+        "speed_index": number("Median machine speed of those runs (manifest calibration); a run's floor is scaled "
+                              "by its own speed / this.", exclusive_min=0),
+    }, optional=("speed_index",))
     schema = obj("Reference metrics of one recipe at one profile and scale, with its noise floor and policy.", {
         "$schema": string("Path or URI of this schema (editor hint).", min_length=1),
         "schema_version": {"const": 2, "description": "Baseline format version (2: replay rollouts, per-model "

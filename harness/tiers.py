@@ -64,6 +64,7 @@ class Context:
     run_env: dict[str, Any] | None = None
     dtype: str = "float32"  # the run's model dtype
     baseline_dtype: str = "float32"
+    run_speed: float | None = None  # the run's machine speed index (manifest calibration)
 
     def ref_steps(self, name: str) -> list[tuple[int, float, float, list[float | None]]]:
         """(step, ref value, noise std, noise values) for the compared steps of a baseline metric."""
@@ -250,6 +251,19 @@ def throughput_reference(baseline: dict[str, Any], run_env: dict[str, Any] | Non
                   "`harness record-baseline … --throughput-only`")
 
 
+def speed_scale(ctx: Context, ref: dict[str, Any]) -> float | None:
+    """Run speed / reference speed (machine calibration), when both were measured with the same torch.
+
+    Another torch could speed the calibration and the engine differently, so it is then not used.
+    """
+    ref_speed, env = ref.get("speed_index"), ctx.run_env
+    if not ref_speed or not ctx.run_speed or env is None:
+        return None
+    if env["software"].get("torch") != ctx.baseline["environment"]["software"].get("torch"):
+        return None
+    return ctx.run_speed / ref_speed
+
+
 def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
     pol = ctx.baseline["policy"]["throughput"]
     ref, why = throughput_reference(ctx.baseline, ctx.run_env)
@@ -262,13 +276,19 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
         return []
     q = pol.get("quantile", 0.5)
     med, base = quantile(vals, q), ref["value"]
+    scale = speed_scale(ctx, ref)
+    base *= scale or 1.0
+    if scale and not 0.7 <= scale <= 1.4:
+        notices.append(f"this machine ran the speed calibration at {scale:.2f}x the reference machine's: "
+                       "throughput is held to a floor scaled by that")
     tol = min(pol["max_tolerance"], max(pol["min_tolerance"], pol["spread_factor"] * ref["relative_spread"]))
     ok = med >= base * (1 - tol)
     if med > base * pol["refresh_ratio"]:
         notices.append(f"throughput {med:,.0f} tok/s is {med / base:.2f}x the baseline's {base:,.0f}: "
                        "refresh the baseline (record-baseline --throughput-only --force)")
     what = "median" if q == 0.5 else f"p{q * 100:.0f}"
-    detail = (f"{what} {med:,.0f} tok/s over {len(vals)} steady steps vs {base:,.0f} on {ref['device_model']} "
+    speed = f", its {ref['value']:,.0f} scaled by this machine's speed {scale:.2f}x" if scale else ""
+    detail = (f"{what} {med:,.0f} tok/s over {len(vals)} steady steps vs {base:,.0f} on {ref['device_model']}{speed} "
               f"({(med / base - 1) * 100:+.1f}%; floor -{tol * 100:.0f}%)")
     return [Check("throughput", pol["metric"], None, med, base, base * tol, ok, len(vals), [], detail)]
 

@@ -165,3 +165,40 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def numerics_env() -> dict[str, str]:
     return {k: os.environ[k] for k in NUMERICS_ENV if k in os.environ}
+
+
+# ----------------------------------------------------------------------------- machine speed
+CALIBRATION_WORKLOAD = "8 x (256x256 GEMM + tanh) + 4 x softmax(64x2048), float32; median of 15 after 2 warm-ups"
+
+
+def speed_index(device: torch.device) -> float:
+    """Repetitions per second of a small fixed workload like the engine's (GEMM, elementwise, softmax).
+
+    Measured at a run's start and end: a throughput reference recorded on a machine of the same
+    model but another speed (another VM host, a busier neighbour) is scaled by the ratio of the two
+    indices before it is used as a floor. Uses no global RNG state.
+    """
+    import statistics
+    import time
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(256, 256, generator=gen).to(device)
+    b = (torch.randn(256, 256, generator=gen) / 16).to(device)
+    x = torch.randn(64, 2048, generator=gen).to(device)
+
+    def once() -> None:
+        y = a
+        for _ in range(8):
+            y = torch.tanh(y @ b)
+        for _ in range(4):
+            x.softmax(-1)
+        synchronize(device)
+
+    times = []
+    with torch.no_grad():
+        for i in range(17):
+            t0 = time.perf_counter()
+            once()
+            if i >= 2:
+                times.append(time.perf_counter() - t0)
+    return 1.0 / statistics.median(times)
