@@ -232,7 +232,8 @@ def test_slowdown_fails_throughput_only(work: Path, recorded: dict[str, Path]) -
 
     Throughput is compared with a reference measured around the same moment: the mean of two clean
     runs made just before and just after the slowed one, one after another (never at the same time:
-    a run that sleeps would hand its cores to the other), written into a copy of the baseline.
+    a run that sleeps would hand its cores to the other), written into a copy of the baseline together
+    with their machine speed (so the calibration scales nothing the slowdown did not cause).
     """
     before = judged_run(work, recorded, "clean-before")[2]
     code, out, v = judged_run(work, recorded, "slow", fault="slowdown:0.3")
@@ -245,6 +246,9 @@ def test_slowdown_fails_throughput_only(work: Path, recorded: dict[str, Path]) -
     pol = doc["policy"]["throughput"]
     refs = [_steady_throughput(work / "runs" / n, pol) for n in ("clean-before", "clean-after")]
     doc["throughput"]["references"][0]["value"] = sum(refs) / 2
+    speeds = [load_json_strict(work / "runs" / n / "manifest.json")["calibration"]["speed_index"]
+              for n in ("clean-before", "clean-after")]
+    doc["throughput"]["references"][0]["speed_index"] = sum(speeds) / 2
     same_load = work / "baselines-same-load" / "cpu-smoke.json"
     write_json_atomic(same_load, doc)
     proc = harness(work, "compare", str(work / "runs" / "slow"), "--baseline", str(same_load))
