@@ -276,18 +276,16 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
         return []
     q = pol.get("quantile", 0.5)
     med, base = quantile(vals, q), ref["value"]
-    scale = speed_scale(ctx, ref)
-    base *= scale or 1.0
+    scale = speed_scale(ctx, ref)  # recorded, not applied: measured too noisy to move a floor (baselines/README)
     if scale and not 0.7 <= scale <= 1.4:
-        notices.append(f"this machine ran the speed calibration at {scale:.2f}x the reference machine's: "
-                       "throughput is held to a floor scaled by that")
+        notices.append(f"this machine ran the speed calibration at {scale:.2f}x the reference machine's")
     tol = min(pol["max_tolerance"], max(pol["min_tolerance"], pol["spread_factor"] * ref["relative_spread"]))
     ok = med >= base * (1 - tol)
     if med > base * pol["refresh_ratio"]:
         notices.append(f"throughput {med:,.0f} tok/s is {med / base:.2f}x the baseline's {base:,.0f}: "
                        "refresh the baseline (record-baseline --throughput-only --force)")
     what = "median" if q == 0.5 else f"p{q * 100:.0f}"
-    speed = f", its {ref['value']:,.0f} scaled by this machine's speed {scale:.2f}x" if scale else ""
+    speed = f"; this machine's calibrated speed {scale:.2f}x the reference's" if scale else ""
     detail = (f"{what} {med:,.0f} tok/s over {len(vals)} steady steps vs {base:,.0f} on {ref['device_model']}{speed} "
               f"({(med / base - 1) * 100:+.1f}%; floor -{tol * 100:.0f}%)")
     return [Check("throughput", pol["metric"], None, med, base, base * tol, ok, len(vals), [], detail)]

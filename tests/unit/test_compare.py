@@ -583,21 +583,19 @@ def test_another_isa_class_is_not_exact_eligible_even_pinned(manifest, env_basel
     assert C.choose_tiers(m, baseline, None)[0] == ["statistical"]  # a free run; `harness run` replays instead
 
 
-def test_throughput_floor_follows_the_machine_speed():
-    """Same model string, another speed (a slower VM host): the floor scales by the calibration ratio."""
+def test_throughput_floor_is_not_moved_by_the_calibration():
+    """The speed calibration is reported beside the floor, never applied to it: on these VMs its samples
+    spread as much as the throughput does, and scaling by it made the main command false-FAIL in a container."""
     base = _baseline({}, throughput=1000.0)
     base["throughput"]["references"][0]["speed_index"] = 100.0
     base["environment"] = {"software": {"torch": "2.13.0"}}
     env = {"machine": {"device_model": MODEL}, "software": {"threads": 2, "torch": "2.13.0"}}
 
-    def tp(run_tps: float, speed: float | None, run_env=env):
-        ctx = T.Context({"perf/throughput": _series(lambda k: run_tps)}, base, STEPS, run_env, run_speed=speed)
+    def tp(run_tps: float, speed: float | None):
+        ctx = T.Context({"perf/throughput": _series(lambda k: run_tps)}, base, STEPS, env, run_speed=speed)
         return _by(T.evaluate(ctx, [])[0], "throughput")[0]
 
-    assert tp(750.0, 75.0).passed, "a machine 25% slower at the calibration passes at 25% lower throughput"
-    assert "scaled by this machine's speed 0.75x" in tp(750.0, 75.0).detail
-    assert not tp(750.0, 100.0).passed, "at the reference's speed, 25% lower throughput fails"
-    assert not tp(500.0, 75.0).passed, "a 30%+ slowdown on the slower machine still fails"
-    assert not tp(750.0, None).passed, "a run without calibration is held to the unscaled floor"
-    other_torch = {**env, "software": {"threads": 2, "torch": "2.11.0"}}
-    assert not tp(750.0, 75.0, other_torch).passed, "another torch: the calibration is not used"
+    assert tp(850.0, 128.0).passed, "a faster calibration does not raise the floor"
+    assert "calibrated speed 1.28x" in tp(850.0, 128.0).detail
+    assert not tp(600.0, 60.0).passed, "a slower calibration does not lower it: a 40% slowdown fails"
+    assert not tp(600.0, None).passed
