@@ -241,7 +241,9 @@ def _series(desc: str) -> dict[str, Any]:
 def baseline_schema() -> dict[str, Any]:
     metric = obj("One metric: the primary seed's values (the exact/band reference) and the noise seeds'.", {
         "tiers": array("Tiers this metric is gated in.", {"type": "string", "enum": TIERS}, min_items=1),
-        "transform": string("Statistical tier: scale the window mean is taken on.", enum=["identity", "log"]),
+        "transform": string("Statistical tier: the scale the window mean was to be tested on when recorded "
+                            "(informational: the tier applies the harness's current rule; log: older baselines).",
+                            enum=["identity", "log", "asin-sqrt"]),
         "stat_floor": number("Statistical tier: per-metric practical floor (overrides the policy's).", 0),
         "steps": array("Steps with a value (ascending).", {"type": "integer", "minimum": 0}),
         "values": _series("Primary-seed value at each step (exact JSON floats)."),

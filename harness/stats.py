@@ -13,12 +13,19 @@ reference runs (``RCP_Checker.compute_rcp_stats`` and ``_find_min_acceptable_mea
 
 Two-sided metrics use ``alpha / 2`` on each side. With several metrics tested at once, each gets
 ``alpha / m`` (Bonferroni), so the family-wise false-alarm rate stays at most ``alpha``.
+
+Rewards are proportions in [0, 1] whose late-window means pile up near 1 with a long lower tail;
+the t-bound assumes a symmetric spread. They are therefore tested on the arcsine-square-root scale
+(the variance-stabilising transform of a proportion), which stretches the crowded end: measured by
+cross-validation over 26 seeds of the main CPU smoke recipe, it cut the false-alarm rate of a
+10-seed reference from 7.0 % to 4.9 % (baselines/README.md).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 OLYMPIC_MIN = 5  # fewer values: the plain mean (dropping 2 of 4 would waste half the references)
@@ -32,6 +39,20 @@ def olympic_mean(values: list[float]) -> float:
     if len(xs) >= OLYMPIC_MIN:
         xs = xs[1:-1]
     return math.fsum(xs) / len(xs)
+
+
+def _asin_sqrt(v: float) -> float:
+    return math.asin(math.sqrt(v))
+
+
+TRANSFORMS: dict[str, Callable[[float], float]] = {"identity": lambda v: v, "asin-sqrt": _asin_sqrt}
+TRANSFORM_DOMAIN = {"asin-sqrt": (0.0, 1.0)}
+
+
+def applicable_transform(transform: str, values: list[float]) -> str:
+    """``transform`` when every value lies in its domain, else ``identity`` (a reward outside [0, 1])."""
+    lo, hi = TRANSFORM_DOMAIN.get(transform, (-math.inf, math.inf))
+    return transform if all(lo <= v <= hi for v in values) else "identity"
 
 
 def t_critical(alpha: float, dof: int) -> float:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness import stats
-from harness.baseline import quantile, statistical_window, steady, window_mean
+from harness.baseline import quantile, stat_spec, statistical_window, steady, window_mean
 
 
 @dataclass
@@ -205,31 +205,35 @@ def replay_tier(ctx: Context) -> list[Check]:
 
 @tier("statistical")
 def statistical_tier(ctx: Context) -> list[Check]:
+    """Late-window means against the seeds' (:mod:`harness.stats`). Which metrics are tested, which way and on
+    which scale is this code's rule (:func:`stat_spec`), not the baseline's: a baseline recorded under an older
+    rule is judged by the current one; it only supplies the seeds' series."""
     pol = ctx.baseline["policy"]["statistical"]
     w = statistical_window(pol, ctx.upto)
-    names = [n for n in gated(ctx, "statistical") if ctx.baseline["metrics"][n].get("direction")]
+    names = [n for n in gated(ctx, "statistical") if stat_spec(n)]
     out = []
     for name in names:
+        direction, transform, floor = stat_spec(name)
         spec = ctx.baseline["metrics"][name]
-        log = spec.get("transform") == "log"
-        tf = (lambda v: math.log(max(v, 1e-12))) if log else (lambda v: v)
         ref_series = [dict(zip(spec["steps"], spec["values"]))]
         ref_series += [{k: v for k, v in zip(spec["steps"], row) if v is not None} for row in spec["noise_values"]]
-        seed_means = [m for m in (window_mean({k: tf(v) for k, v in s.items()}, ctx.upto, w) for s in ref_series)
-                      if m is not None]
-        if not seed_means:
+        raw = [m for m in (window_mean(s, ctx.upto, w) for s in ref_series) if m is not None]
+        if not raw:
             continue
-        run = ctx.run.get(name, {})
-        x = window_mean({k: tf(v) for k, v in run.items() if math.isfinite(v)}, ctx.upto, w) \
-            if run and all(math.isfinite(v) for k, v in run.items() if k <= ctx.upto) else None
-        direction = spec["direction"]
+        run = {k: v for k, v in ctx.run.get(name, {}).items() if k <= ctx.upto}
+        x_raw = window_mean(run, ctx.upto, w) if run and all(math.isfinite(v) for v in run.values()) else None
+        scale = stats.applicable_transform(transform, raw + ([] if x_raw is None else [x_raw]))
+        tf = stats.TRANSFORMS[scale]
+        seed_means, x = [tf(m) for m in raw], (None if x_raw is None else tf(x_raw))
         alpha = stats.per_test_alpha(pol["alpha"], len(names), direction)
-        bound = stats.prediction_bound(seed_means, alpha, spec.get("stat_floor", pol["practical_floor"]))
+        bound = stats.prediction_bound(seed_means, alpha, spec.get("stat_floor", pol["practical_floor"])
+                                       if floor is None else floor)
         short = stats.shortfall(x, bound.centre, direction) if x is not None else math.inf
         ok = short <= bound.allowed
-        scale = "log " if log else ""
-        detail = (f"{scale}mean of the last {w} steps {fmt(x)} vs seeds' olympic mean {fmt(bound.centre)} "
-                  f"(sd {fmt(bound.sd)}, n {bound.n}, {direction}, alpha {alpha:.3g}); "
+        on = "" if scale == "identity" else f" ({scale} scale)"
+        detail = (f"mean of the last {w} steps {fmt(x_raw)} vs seeds' {fmt(min(raw))}..{fmt(max(raw))}{on}: "
+                  f"{fmt(x)} vs olympic mean {fmt(bound.centre)} (sd {fmt(bound.sd)}, n {bound.n}, {direction}, "
+                  f"alpha {alpha:.3g}); "
                   f"{'no value' if x is None else ('off by ' + fmt(short) if short > 0 else 'not worse')} "
                   f"(allowed {fmt(bound.allowed)})")
         out.append(Check("statistical", name, ctx.upto, x, bound.centre, bound.allowed, ok, len(seed_means),

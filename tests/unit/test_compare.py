@@ -73,7 +73,7 @@ def test_timing_prefixes_match_the_trainer():
 
 @pytest.mark.parametrize("name,tiers", [
     ("actor/pg_loss", ["exact", "replay", "band"]),
-    ("actor/kl_loss", ["exact", "replay", "band", "statistical"]),
+    ("actor/kl_loss", ["exact", "replay", "band"]),
     ("critic/score/mean", ["exact", "replay", "band", "statistical"]),
     ("critic/score/max", ["exact", "replay"]),
     ("training/rollout_probs_diff_mean", ["exact"]),
@@ -183,7 +183,7 @@ def test_statistical_one_sided():
     assert _by(ev(better, base, ["statistical"], STEPS)[0], "statistical")[0].passed  # one-sided
     bad = {"critic/score/mean": _series(lambda k: 0.2)}
     c = _by(ev(bad, base, ["statistical"], STEPS)[0], "statistical")[0]
-    assert not c.passed and c.run_value == pytest.approx(0.2) and "off by" in c.detail
+    assert not c.passed and c.run_value == pytest.approx(math.asin(math.sqrt(0.2))) and "off by" in c.detail
 
 
 def test_statistical_bound_matches_the_t_distribution():
@@ -217,28 +217,43 @@ def test_bonferroni_splits_alpha_over_metrics_and_tails():
     assert stats.shortfall(0.8, 0.9, "two-sided") == pytest.approx(0.1)
 
 
-def test_statistical_two_sided_and_log_scale():
+def test_statistical_tests_rewards_on_the_arcsine_scale():
+    from harness import stats
+
+    seeds = [_series(lambda k, f=f: f) for f in (0.99, 0.97, 1.0, 0.98, 0.96)]
+    base = _baseline({"critic/score/mean": {"ref": seeds[0], "noise": seeds[1:]}})
+    refs = [stats.TRANSFORMS["asin-sqrt"](f) for f in (0.99, 0.97, 1.0, 0.98, 0.96)]
+    alpha = base["policy"]["statistical"]["alpha"]
+    expect = stats.prediction_bound(refs, alpha, base["policy"]["statistical"]["practical_floor"])
+    c = _by(ev({"critic/score/mean": _series(lambda k: 0.9)}, base, ["statistical"], STEPS)[0], "statistical")[0]
+    assert "asin-sqrt scale" in c.detail and c.tolerance == pytest.approx(expect.allowed)
+    assert c.run_value == pytest.approx(math.asin(math.sqrt(0.9))) and c.ref_value == pytest.approx(expect.centre)
+    # a reward outside [0, 1] (another reward function's scale) is tested as it is, not transformed
+    wide = _baseline({"critic/score/mean": {"ref": _series(lambda k: 2.0), "noise": [_series(lambda k: 1.5)] * 4}})
+    c = _by(ev({"critic/score/mean": _series(lambda k: 1.8)}, wide, ["statistical"], STEPS)[0], "statistical")[0]
+    assert "scale" not in c.detail and c.run_value == pytest.approx(1.8)
+
+
+def test_statistical_rule_is_the_harness_not_the_baseline():
+    """A metric an older baseline marked statistical but the current rule does not (the KL loss) is not tested;
+    the rule's direction applies even where the baseline recorded another."""
     seeds = [_series(lambda k, f=f: f) for f in (0.10, 0.11, 0.09, 0.10, 0.12)]
     base = _baseline({"actor/kl_loss": {"ref": seeds[0], "noise": seeds[1:]},
-                      "actor/pg_clipfrac": {"ref": seeds[0], "noise": seeds[1:]}})
-    ok = {"actor/kl_loss": _series(lambda k: 0.105), "actor/pg_clipfrac": _series(lambda k: 0.105)}
-    assert all(c.passed for c in _by(ev(ok, base, ["statistical"], STEPS)[0], "statistical"))
-    low = {"actor/kl_loss": _series(lambda k: 0.01), "actor/pg_clipfrac": _series(lambda k: 0.01)}
-    checks = {c.metric: c for c in _by(ev(low, base, ["statistical"], STEPS)[0], "statistical")}
-    assert checks["actor/kl_loss"].passed  # lower KL is not a regression
-    assert not checks["actor/pg_clipfrac"].passed and "two-sided" in checks["actor/pg_clipfrac"].detail
-    high = {"actor/kl_loss": _series(lambda k: 0.5), "actor/pg_clipfrac": _series(lambda k: 0.105)}
-    c = _by(ev(high, base, ["statistical"], STEPS)[0], "statistical", "actor/kl_loss")[0]
-    assert not c.passed and c.detail.startswith("log mean") and c.run_value == pytest.approx(math.log(0.5))
-
-
-def test_statistical_lower_is_better_direction():
-    base = _reward_baseline()
+                      "critic/score/mean": {"ref": seeds[0], "noise": seeds[1:]}})
+    base["metrics"]["actor/kl_loss"].update(tiers=["exact", "statistical"], direction="lower-is-better",
+                                             transform="log")
     base["metrics"]["critic/score/mean"]["direction"] = "lower-is-better"
-    high = {"critic/score/mean": _series(lambda k: 5.0)}
-    assert not _by(ev(high, base, ["statistical"], STEPS)[0], "statistical")[0].passed
-    low = {"critic/score/mean": _series(lambda k: 0.0)}
-    assert _by(ev(low, base, ["statistical"], STEPS)[0], "statistical")[0].passed
+    run = {"actor/kl_loss": _series(lambda k: 50.0), "critic/score/mean": _series(lambda k: 0.0)}
+    checks = _by(ev(run, base, ["statistical"], STEPS)[0], "statistical")
+    assert [c.metric for c in checks] == ["critic/score/mean"] and not checks[0].passed
+
+
+def test_shortfall_directions():
+    from harness import stats
+
+    assert stats.applicable_transform("asin-sqrt", [0.0, 1.0]) == "asin-sqrt"
+    assert stats.applicable_transform("asin-sqrt", [0.5, 1.0000001]) == "identity"
+    assert stats.shortfall(5.0, 0.1, "lower-is-better") > 0 and stats.shortfall(0.0, 0.1, "lower-is-better") < 0
 
 
 # ----------------------------------------------------------------------------- throughput / memory
