@@ -8,7 +8,7 @@ with ``--replay`` the same four faults are also replayed on the baseline's rollo
 (``--tier replay``: each must FAIL within the first 3 steps). Runs go ``--jobs`` at a time, each
 with the numerics pin's thread count. Writes ``verdict_power.json`` and a Markdown table
 (``verdict_power.md``) under ``--out``. A run already judged there (its ``verdict.json`` exists) is
-re-read, not re-run, so an interrupted campaign continues where it stopped; a run directory left
+re-read (``--rejudge``: judged again against today's baseline and rules), not re-run, so an interrupted campaign continues where it stopped; a run directory left
 without a verdict is kept and the job runs again beside it (``run-NN.retry1`` …).
 
     python bench/verdict_power.py qwen3_vl_30b --seeds 20 --first-seed 1000 --jobs 2 --out runs/power
@@ -49,6 +49,14 @@ def run_one(recipe: str, out: Path, *, tier: str, sets: list[str], env: dict[str
     return read_result(out, tier, proc.returncode, time.time() - t0, proc.stderr)
 
 
+def rejudge(out: Path, tier: str, baseline: str | None) -> None:
+    """Judge a finished run again (``harness compare``): the baseline or the tier's rule changed, the run did not."""
+    cmd = [sys.executable, "-m", "harness", "compare", str(out), "--tier", tier, "--no-report"]
+    cmd += ["--baseline", baseline] if baseline else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+
+
 def read_result(out: Path, tier: str, code: int | None = None, wall: float = 0.0, stderr: str = "") -> dict:
     verdict_file = out / "verdict.json"
     if not verdict_file.is_file():
@@ -79,6 +87,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--summarize", action="store_true", help="only re-read the verdicts of runs already under --out")
+    ap.add_argument("--rejudge", action="store_true", help="judge the runs already under --out again (after the "
+                    "baseline or the tiers changed) before reading their verdicts")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     jobs: dict[str, dict] = {}
@@ -99,6 +109,8 @@ def main() -> int:
         while tries[-1].exists():
             tries.append(args.out / f"run-{i:02d}.retry{len(tries)}")
         judged = [d for d in tries if (d / "verdict.json").is_file()]
+        if judged and args.rejudge:
+            rejudge(judged[-1], j["tier"], args.baseline)
         if judged or args.summarize:
             results[name] = {**read_result(judged[-1] if judged else tries[0], j["tier"]), "expect": j["expect"]}
         else:

@@ -118,19 +118,26 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
     primary = resolve(recipe, profile, scale)
     dirs = _seed_runs(primary, profile, scale, seeds, steps, runs_dir, progress, log, jobs)
     doc = build_baseline(dirs, command=command)
-    # the rollouts go beside a scratch copy first; the replay-noise run reads them from there
     scratch = runs_dir / out.name
-    sha = pack(dirs[0], doc["steps"], rollouts_path(scratch))
-    metrics = sorted(n for n, m in doc["metrics"].items() if "replay" in m["tiers"])
-    doc["replay"] = {"file": rollouts_path(out).name, "sha256": sha, "metrics": metrics, "perturbation": PERTURBATION,
-                     "noise": {}}
-    write_json_atomic(scratch, doc)
-    doc["replay"]["noise"] = replay_noise(primary, profile, scale, scratch, doc, runs_dir, progress, log)
+    not_kept = [n for n in load_json_strict(dirs[0] / "manifest.json").get("model", {}).get("notes", [])
+                if n.startswith("rollouts not kept")]
+    if not_kept:  # a model at real width: no replay tier for this baseline (the verdict falls back to statistical)
+        log(f"record-baseline: no replay tier — {not_kept[0]}")
+    else:  # the rollouts go beside a scratch copy first; the replay-noise run reads them from there
+        sha = pack(dirs[0], doc["steps"], rollouts_path(scratch))
+        metrics = sorted(n for n, m in doc["metrics"].items() if "replay" in m["tiers"])
+        doc["replay"] = {"file": rollouts_path(out).name, "sha256": sha, "metrics": metrics,
+                         "perturbation": PERTURBATION, "noise": {}}
+        write_json_atomic(scratch, doc)
+        doc["replay"]["noise"] = replay_noise(primary, profile, scale, scratch, doc, runs_dir, progress, log)
     check(doc, "baseline", str(out))
     if out.exists() and not force:
         raise HarnessError("a baseline appeared while recording", file=str(out), fix="pass --force to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(rollouts_path(scratch), rollouts_path(out))
+    if not not_kept:
+        os.replace(rollouts_path(scratch), rollouts_path(out))
+    elif rollouts_path(out).exists():
+        rollouts_path(out).unlink()  # a replaced baseline's old archive would no longer match
     write_json_atomic(out, doc)
     return doc
 

@@ -25,7 +25,7 @@ import torch
 from harness import __version__, numerics
 from harness.checkpoint import (Interrupted, ResumePlan, clean_partial, load_checkpoint, plan_resume,
                                 request_stop_after, save_checkpoint)
-from harness.core.replay import ReplaySource, save_initial, save_step
+from harness.core.replay import ReplaySource, replay_storable, save_initial, save_step
 from harness.core.device import CALIBRATION_WORKLOAD, numerics_env, resolve_device, set_determinism, speed_index
 from harness.core.trainer import Dist, GRPOTrainer
 from harness.core.warmstart import run_warm_start
@@ -221,6 +221,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                 trainer.advantage_sign = -1.0
             trainer.replay = source
             keep_rollouts = source is None and dist.world == 1 and record is not None
+            too_big = replay_storable(trainer.models.actor) if keep_rollouts else None
+            keep_rollouts = keep_rollouts and not too_big
             if source is not None:  # start from the baseline's own policy (and reference)
                 for model in (trainer.models.actor, trainer.models.ref):
                     if model is not None:
@@ -234,7 +236,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                                      "n_active_params": trainer.models.n_active_params,
                                      "attn_implementation": trainer.models.attn_implementation,
                                      "decode_engine": trainer.decode_engine,
-                                     "notes": list(trainer.models.notes)},
+                                     "notes": list(trainer.models.notes) + ([too_big] if too_big else [])},
                               warm_start=trainer.warm_start_info or None,
                               data={"train_size": len(trainer.train_examples), "val_size": len(trainer.val_examples),
                                     "num_filtered": trainer.loader.num_filtered})

@@ -129,6 +129,9 @@ def build_models(cfg: dict[str, Any], token_ids: dict[str, int], device: torch.d
     dtype = DTYPES[model_cfg["dtype"]]
     attn, notes = pick_attention(model_cfg["attn_implementation"], device)
     experts = EXPERTS.get(cfg["actor_rollout_ref"]["actor"]["veomni"]["moe_implementation"])
+    if experts == "grouped_mm" and dtype == torch.float64:  # e.g. a baseline's float64 replay-noise run
+        experts = "eager"
+        notes = [*notes, "experts: eager, not grouped_mm (it has no float64 kernel)"]
     cls = _model_class(model_cfg["family"])
     if model_cfg["path"]:
         path = Path(model_cfg["path"]).expanduser()

@@ -40,6 +40,20 @@ def step_file(run_dir: Path, step: int) -> Path:
     return run_dir / STEP_DIR / f"step-{step:06d}.npz"
 
 
+# A baseline's replay archive holds the initial policy in float32: beyond this many parameters (a model at its
+# real width: 3 B parameters would be 12 GB) the run keeps no rollouts and its baseline has no replay tier.
+REPLAY_MAX_PARAMS = 64_000_000
+
+
+def replay_storable(model: torch.nn.Module) -> str | None:
+    """None when the model's initial policy fits a replay archive, else why it is not kept."""
+    n = sum(t.numel() for t in model.state_dict().values())
+    if n <= REPLAY_MAX_PARAMS:
+        return None
+    return (f"rollouts not kept for replay: the initial policy has {n / 1e6:,.0f} M values, over the "
+            f"{REPLAY_MAX_PARAMS / 1e6:,.0f} M a replay archive holds (float32)")
+
+
 def save_initial(run_dir: Path, model: torch.nn.Module) -> None:
     """The policy's weights before step 1 (float32 numpy: exact for fp32 and bf16 parameters)."""
     arrays = {name: t.detach().to("cpu", torch.float32).numpy() for name, t in model.state_dict().items()}

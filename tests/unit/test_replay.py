@@ -91,3 +91,14 @@ def test_initial_policy_round_trips_and_must_fit(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
     with pytest.raises(HarnessError, match="does not fit"):
         src.load_initial(torch.nn.Linear(3, 4))
+
+
+def test_a_model_at_real_width_keeps_no_replay_archive(monkeypatch):
+    """The initial policy goes into the archive in float32: a model over the limit is not kept (and says why)."""
+    small = torch.nn.Linear(10, 10)  # 110 values
+    assert R.replay_storable(small) is None
+    monkeypatch.setattr(R, "REPLAY_MAX_PARAMS", 100)
+    why = R.replay_storable(small)
+    assert why is not None and why.startswith("rollouts not kept for replay") and "0 M values" in why
+    monkeypatch.setattr(R, "REPLAY_MAX_PARAMS", 110)
+    assert R.replay_storable(small) is None  # the limit itself still fits
