@@ -70,6 +70,7 @@ def execute(args: argparse.Namespace) -> int:
     score = doc["metrics"].get("critic/score/mean", {}).get("values", [None])[-1]
     print(f"wrote {out}: {doc['steps']} steps x {1 + len(doc['noise_seeds'])} seeds; final reward "
           f"{score if score is None else round(score, 4)}; throughput {tp['value']:,.0f} tok/s on {tp['device_model']} "
-          f"(spread {tp['relative_spread'] * 100:.1f}%); peak memory {doc['memory']['value']:.3f} GB; replay noise "
-          f"measured ({doc['replay']['perturbation']})")
+          f"(spread {tp['relative_spread'] * 100:.1f}%); peak memory {doc['memory']['value']:.3f} GB; "
+          + (f"replay noise measured ({doc['replay']['perturbation']})" if doc.get("replay") else
+             "no replay tier (the model is too large to keep its initial policy; see the runs' manifests)"))
     return EXIT_OK

@@ -87,3 +87,16 @@ def test_stage_is_internal_and_hidden_from_help() -> None:
     run = parser._subparsers._group_actions[0].choices["run"]  # noqa: SLF001 - the run subcommand's parser
     assert "--stage" not in run.format_help()
     assert run.parse_args(["r", "--stage", "train"]).stage == "train"  # still accepted from the harness's launchers
+
+
+def test_record_baseline_reports_a_baseline_without_replay(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A model too large for a replay archive gives a baseline with no replay block: said, not a KeyError."""
+    import harness.baseline_record as BR
+    from harness.cli import main
+
+    doc = {"steps": 5, "noise_seeds": [43], "metrics": {}, "memory": {"value": 49.4},
+           "throughput": {"references": [{"value": 14473.0, "device_model": "NVIDIA H200", "relative_spread": 0.1}]}}
+    monkeypatch.setattr(BR, "record", lambda *a, **k: doc)
+    assert main(["record-baseline", "qwen3_1_7b", "--profile", "cpu", "--out", str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "14,473 tok/s on NVIDIA H200" in out and "no replay tier" in out
