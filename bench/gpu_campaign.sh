@@ -14,6 +14,9 @@
 set -uo pipefail
 DEST=${DEST:-runs/gpu-campaign}
 DEADLINE=${DEADLINE:-100000}
+if [ -e "$DEST/summary.txt" ]; then  # a warm device machine keeps /tmp: never mix two campaigns' runs
+  echo "error: $DEST holds an earlier campaign (fix: choose another DEST)" >&2; exit 2
+fi
 mkdir -p "$DEST"
 H=(python3 -m harness)
 phases=("$@")

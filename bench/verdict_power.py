@@ -87,6 +87,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--summarize", action="store_true", help="only re-read the verdicts of runs already under --out")
+    ap.add_argument("--no-faults", action="store_true", help="only the seed runs (the faults measured elsewhere)")
     ap.add_argument("--rejudge", action="store_true", help="judge the runs already under --out again (after the "
                     "baseline or the tiers changed) before reading their verdicts")
     args = ap.parse_args()
@@ -96,7 +97,7 @@ def main() -> int:
         jobs[f"seed {s}"] = dict(tier="statistical", sets=[f"seed={s}"], env={}, expect="pass")
     if args.replay:  # the control: the baseline's own recipe replayed here must pass
         jobs["no fault (replay)"] = dict(tier="replay", sets=[], env={}, expect="pass")
-    for name, f in FAULTS.items():
+    for name, f in ({} if args.no_faults else FAULTS).items():
         sets = [x.format(lr=args.lr) for x in f.get("set", [])]
         jobs[f"{name} (statistical)"] = dict(tier="statistical", sets=sets + [f"seed={args.fault_seed}"],
                                              env=f.get("env", {}), expect="fail")
