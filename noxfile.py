@@ -37,7 +37,8 @@ def validate(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The test suite (pytest; args pass through, default: all of tests/)."""
     _install(session, "[test]")
-    session.run("pytest", *(session.posargs or ["tests", "-q"]), success_codes=[0])
+    # --durations: every CI log says where its minutes go
+    session.run("pytest", *(session.posargs or ["tests", "-q", "--durations=25"]), success_codes=[0])
 
 
 @nox.session(name="run-recipe", python=PYTHON)
