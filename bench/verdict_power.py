@@ -8,8 +8,9 @@ with ``--replay`` the same four faults are also replayed on the baseline's rollo
 (``--tier replay``: each must FAIL within the first 3 steps). Runs go ``--jobs`` at a time, each
 with the numerics pin's thread count. Writes ``verdict_power.json`` and a Markdown table
 (``verdict_power.md``) under ``--out``. A run already judged there (its ``verdict.json`` exists) is
-re-read (``--rejudge``: judged again against today's baseline and rules), not re-run, so an interrupted campaign continues where it stopped; a run directory left
-without a verdict is kept and the job runs again beside it (``run-NN.retry1`` …).
+re-read (with ``--rejudge``: judged again against today's baseline and rules), not re-run, so an
+interrupted campaign continues where it stopped; a run directory left without a verdict is kept and
+the job runs again beside it (``run-NN.retry1`` …).
 
     python bench/verdict_power.py qwen3_vl_30b --seeds 20 --first-seed 1000 --jobs 2 --out runs/power
 """

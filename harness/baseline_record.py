@@ -104,7 +104,7 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
     With ``jobs`` > 1 the seeds run concurrently and their throughput is not a solo run's: follow
     with :func:`record_throughput` (``--throughput-only --force``) on an otherwise idle machine.
     """
-    from harness.core.replay import pack
+    from harness.core.replay import NOT_KEPT, pack
     from harness.recipe import resolve
 
     if os.environ.get("HARNESS_FAULT"):
@@ -120,7 +120,7 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
     doc = build_baseline(dirs, command=command)
     scratch = runs_dir / out.name
     not_kept = [n for n in load_json_strict(dirs[0] / "manifest.json").get("model", {}).get("notes", [])
-                if n.startswith("rollouts not kept")]
+                if n.startswith(NOT_KEPT)]
     if not_kept:  # a model at real width: no replay tier for this baseline (the verdict falls back to statistical)
         log(f"record-baseline: no replay tier — {not_kept[0]}")
     else:  # the rollouts go beside a scratch copy first; the replay-noise run reads them from there

@@ -226,8 +226,7 @@ def statistical_tier(ctx: Context) -> list[Check]:
         tf = stats.TRANSFORMS[scale]
         seed_means, x = [tf(m) for m in raw], (None if x_raw is None else tf(x_raw))
         alpha = stats.per_test_alpha(pol["alpha"], len(names), direction)
-        bound = stats.prediction_bound(seed_means, alpha, spec.get("stat_floor", pol["practical_floor"])
-                                       if floor is None else floor)
+        bound = stats.prediction_bound(seed_means, alpha, pol["practical_floor"] if floor is None else floor)
         short = stats.shortfall(x, bound.centre, direction) if x is not None else math.inf
         ok = short <= bound.allowed
         on = "" if scale == "identity" else f" ({scale} scale)"

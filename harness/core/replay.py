@@ -43,6 +43,7 @@ def step_file(run_dir: Path, step: int) -> Path:
 # A baseline's replay archive holds the initial policy in float32: beyond this many parameters (a model at its
 # real width: 3 B parameters would be 12 GB) the run keeps no rollouts and its baseline has no replay tier.
 REPLAY_MAX_PARAMS = 64_000_000
+NOT_KEPT = "rollouts not kept for replay"  # how a run's manifest notes it (model.notes)
 
 
 def replay_storable(model: torch.nn.Module) -> str | None:
@@ -50,7 +51,7 @@ def replay_storable(model: torch.nn.Module) -> str | None:
     n = sum(t.numel() for t in model.state_dict().values())
     if n <= REPLAY_MAX_PARAMS:
         return None
-    return (f"rollouts not kept for replay: the initial policy has {n / 1e6:,.0f} M values, over the "
+    return (f"{NOT_KEPT}: the initial policy has {n / 1e6:,.0f} M values, over the "
             f"{REPLAY_MAX_PARAMS / 1e6:,.0f} M a replay archive holds (float32)")
 
 

@@ -248,7 +248,7 @@ def test_statistical_rule_is_the_harness_not_the_baseline():
     assert [c.metric for c in checks] == ["critic/score/mean"] and not checks[0].passed
 
 
-def test_shortfall_directions():
+def test_transform_domain_and_shortfall_directions():
     from harness import stats
 
     assert stats.applicable_transform("asin-sqrt", [0.0, 1.0]) == "asin-sqrt"
