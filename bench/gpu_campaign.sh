@@ -6,7 +6,10 @@
 #   fault      the main recipe with lr x 100 (must FAIL)
 #   reduced    qwen3_30b_a3b at reduced scale (real width, 4 layers): its baseline (2 seeds, one after the
 #              other: two runs of ~80 GB do not fit side by side) and the bitwise resume check
-#   certify    the gpu-1x-h200 certification suite
+#   resume     the bitwise resume check alone (the reduced baseline already recorded)
+#   replay     the committed CPU baseline replayed on the GPU, fp32 and bf16
+#   certify    the gpu-1x-h200 certification suite, signed with a key made on the machine (only the public
+#              half is packed)
 # One summary line per item in $DEST/summary.txt. Items that would start after $DEADLINE (seconds since the
 # script started) are skipped and say so. With $PACK set, everything small (baselines, manifests, metrics,
 # verdicts, logs, the certificate) is packed into $PACK/<phases>.tgz at the end — the device returns few files.
@@ -39,7 +42,7 @@ pack() {
   [ -n "${PACK:-}" ] || return 0
   local made=(); for f in baselines/*/gpu-1x-h200-*; do [ -e "$f" ] && made+=("$f"); done
   tar czf "$PACK/$(IFS=-; echo "${phases[*]}").tgz" --exclude=rollouts --exclude=checkpoints --exclude='*.png' \
-    --exclude='*.pt' --exclude='*.safetensors' -C "$DEST" . -C "$PWD" "${made[@]}"
+    --exclude='*.pt' --exclude='*.safetensors' --exclude=signing-key.pem -C "$DEST" . -C "$PWD" "${made[@]}"
 }
 trap pack EXIT
 "${H[@]}" probe >"$DEST/probe.txt" 2>&1
@@ -68,17 +71,23 @@ for phase in "${phases[@]}"; do
     fault)
       item main-lr-x100 180 "${H[@]}" run qwen3_vl_30b --runtime local --out "$DEST/main-lr-x100" \
         --set actor_rollout_ref.actor.optim.lr=0.1 ;;
-    main)
-      item main-1 180 "${H[@]}" run qwen3_vl_30b --runtime local --out "$DEST/main-1"
-      item main-2 180 "${H[@]}" run qwen3_vl_30b --runtime local --out "$DEST/main-2"
-      item main-lr-x100 180 "${H[@]}" run qwen3_vl_30b --runtime local --out "$DEST/main-lr-x100" \
-        --set actor_rollout_ref.actor.optim.lr=0.1 ;;
     reduced)
       item baseline-qwen3_30b_a3b-reduced 300 "${H[@]}" record-baseline qwen3_30b_a3b --profile gpu-1x-h200 \
         --scale reduced --seeds 2 --force --quiet --runs-dir "$DEST/baseline-runs/qwen3_30b_a3b-reduced"
-      item resume-reduced 240 "${H[@]}" ckpt-resume qwen3_30b_a3b --profile gpu-1x-h200 --scale reduced --steps 4 \
+      item resume-reduced 300 "${H[@]}" ckpt-resume qwen3_30b_a3b --profile gpu-1x-h200 --scale reduced --steps 4 \
         --workdir "$DEST/resume" ;;
-    certify)
-      item certify 540 "${H[@]}" certify gpu-1x-h200 --out "$DEST/certificate" --quiet ;;
+    resume)  # the bitwise resume check alone, against the committed reduced-scale baseline's recipe
+      item resume-reduced 300 "${H[@]}" ckpt-resume qwen3_30b_a3b --profile gpu-1x-h200 --scale reduced --steps 4 \
+        --workdir "$DEST/resume" ;;
+    replay)  # the committed CPU baseline replayed on the GPU, fp32 and bf16 (each with its own tolerance)
+      for dtype in float32 bfloat16; do
+        item "replay-cpu-baseline-$dtype" 150 "${H[@]}" run qwen3_vl_30b --profile gpu-1x-h200 --runtime local \
+          --tier replay --baseline baselines/qwen3_vl_30b/cpu-smoke.json --set model.dtype=$dtype \
+          --out "$DEST/replay-cpu-baseline-$dtype"
+      done ;;
+    certify)  # a key made here for this certificate: the private half never leaves the machine (not packed)
+      "${H[@]}" keygen --out "$DEST/keys" >"$DEST/keygen.log" 2>&1
+      item certify 540 "${H[@]}" certify gpu-1x-h200 --key "$DEST/keys/signing-key.pem" --out "$DEST/certificate" \
+        --quiet ;;
   esac
 done
