@@ -445,6 +445,51 @@ def test_build_baseline_round_trips_floats_exactly(tmp_path, manifest):
     assert loaded["metrics"]["critic/score/mean"]["seed_window_means"] == [0.4, 0.4]  # window: 20 % of 4 steps = 1
 
 
+def _recorded(tmp_path, manifest, seeds=(42, 43)):
+    """A baseline built from tiny seed runs, and the primary run's directory."""
+    dirs = []
+    for seed in seeds:
+        d = tmp_path / f"seed-{seed}"
+        d.mkdir()
+        m = copy.deepcopy(manifest)
+        m["seed"] = seed
+        m["overrides"] = [] if seed == seeds[0] else [{"key": "seed", "value": seed}]
+        write_json_atomic(d / "manifest.json", m)
+        rows = [{"step": k, "actor/pg_loss": 0.1 * k * seed, "actor/grad_norm": 1.0 / (k + seed),
+                 "critic/score/mean": 0.5 + 0.01 * k, "perf/throughput": 1000.0, "perf/max_memory_allocated_gb": 0.5}
+                for k in range(1, 5)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        dirs.append(d)
+    out = tmp_path / "baseline.json"
+    write_json_atomic(out, B.build_baseline(dirs, command="test"))
+    return out, dirs[0]
+
+
+def test_a_run_that_reproduces_the_bits_is_exact_whatever_the_environment(tmp_path, manifest):
+    """Not exact-eligible (another image and Python) but bitwise equal: exact, and the reason says both.
+    One bit off instead: the statistical tier, as the eligibility rule says."""
+    baseline, primary = _recorded(tmp_path, manifest)
+    run = tmp_path / "container-run"
+    run.mkdir()
+    m = json.loads((primary / "manifest.json").read_text())
+    m["runtime"]["image_id"] = "sha256:" + "1" * 64
+    m["software"]["python"] = "3.11.2"
+    write_json_atomic(run / "manifest.json", m)
+    rows = (primary / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(rows)
+    v = C.judge(run, None, baseline_path=baseline)
+    assert v.status == "pass" and v.tier == "exact", v.summary_line()
+    assert v.tier_reason.startswith("bitwise equal to the baseline's primary run although not exact-eligible")
+    assert "image_id" in v.tier_reason and any(c["key"] == "image_id" for c in v.changes)
+    off = [json.loads(r) for r in rows.splitlines()]
+    off[2]["actor/grad_norm"] = math.nextafter(off[2]["actor/grad_norm"], 1.0)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in off))
+    v = C.judge(run, None, baseline_path=baseline)
+    assert v.tier == "statistical" and v.tier_reason.startswith("not exact-eligible"), v.summary_line()
+    (run / "metrics.jsonl").write_text(rows)  # forced --tier statistical stays statistical
+    assert C.judge(run, None, baseline_path=baseline, tier="statistical").tier == "statistical"
+
+
 def test_generated_record_schemas_are_committed():
     for name in ("manifest.schema.json", "baseline.schema.json", "verdict.schema.json"):
         assert (SCHEMAS_DIR / name).read_text() == render(all_schemas()[name]), \
