@@ -1,0 +1,48 @@
+"""The certificates published in ``certificates/`` verify against this checkout, and an edit is caught.
+
+A published certificate binds its inputs (suite, profile, recipes, baselines) by digest: changing one
+of them without re-certifying fails here, on purpose (re-certify with ``bench/gpu_campaign.sh certify``
+on the profile's hardware, or withdraw the certificate).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+PUBLISHED = sorted(p.parent for p in (ROOT / "certificates").glob("*/certificate.json"))
+
+
+def verify(cert: Path, pub: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness", "verify-certificate", str(cert), "--pubkey", str(pub),
+                           "--root", str(ROOT)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+def test_a_gpu_certificate_is_published() -> None:
+    assert ROOT / "certificates" / "gpu-1x-h200" in PUBLISHED
+
+
+@pytest.mark.parametrize("cert_dir", PUBLISHED, ids=[p.name for p in PUBLISHED])
+def test_published_certificate_verifies(cert_dir: Path) -> None:
+    proc = verify(cert_dir / "certificate.json", cert_dir / "signing-key.pub.pem")
+    assert proc.returncode == 0 and proc.stdout.startswith("VERIFIED"), proc.stdout + proc.stderr
+    assert "result PASS" in proc.stdout
+
+
+@pytest.mark.parametrize("cert_dir", PUBLISHED, ids=[p.name for p in PUBLISHED])
+def test_an_edited_run_file_is_caught(cert_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / cert_dir.name
+    shutil.copytree(cert_dir, copy)
+    metrics = sorted(copy.glob("runs/*/run-1/metrics.jsonl"))[0]
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rows[-1]["perf/throughput"] = rows[-1]["perf/throughput"] * 2  # a flattering edit
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = verify(copy / "certificate.json", copy / "signing-key.pub.pem")
+    assert proc.returncode == 1 and "digest mismatch" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
