@@ -51,6 +51,7 @@ import re
 import secrets
 import shutil
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -406,12 +407,28 @@ def _harness(args: list[str], env: dict[str, str], timeout: float) -> Any:
     return harness_run(args, env=env, capture_output=True, timeout=timeout)
 
 
+def checkpoint_bytes(config: dict[str, Any]) -> int | None:
+    """Estimated size of one checkpoint: the actor's parameters and AdamW state (None when unknown)."""
+    from harness.safety.memory import DTYPE_BYTES, OPTIMIZER_BYTES_FP32, OPTIMIZER_BYTES_MIXED, MissingKey, \
+        count_params
+
+    try:
+        n = count_params(config["model"]["architecture"]).total
+    except (MissingKey, KeyError, TypeError):
+        return None
+    b = DTYPE_BYTES.get(config["model"].get("dtype"), 2)
+    return n * (b + (OPTIMIZER_BYTES_FP32 if b == 4 else OPTIMIZER_BYTES_MIXED))
+
+
 def ckpt_resume_check(res: Resolved, workdir: Path, steps: int, *, nproc: int = 1,
                       timeout_s: float = 3600.0) -> dict[str, Any]:
     """Run ``steps`` straight, then ``steps/2`` + SIGTERM + resume; compare the metrics bitwise.
 
-    Both runs checkpoint every ``steps // 2`` steps (``--set trainer.save_freq``). Returns
-    ``{"pass", "steps", "first_mismatch", "straight", "resumed"}`` (the last two: run directories).
+    The straight run writes no checkpoint (it is never resumed); the other checkpoints every
+    ``steps // 2`` steps, unless the recipe's overrides set ``trainer.save_freq`` themselves (``-1``: only
+    the checkpoint SIGTERM writes — one checkpoint on disk at a time). When two checkpoints would not
+    fit in the free space under ``workdir`` (:func:`checkpoint_bytes`), it is ``-1`` by itself, with a
+    notice. Returns ``{"pass", "steps", "first_mismatch", "straight", "resumed", "save_freq"}``.
     """
     from harness.record import read_metrics
 
@@ -419,12 +436,22 @@ def ckpt_resume_check(res: Resolved, workdir: Path, steps: int, *, nproc: int = 
         raise HarnessError(f"ckpt-resume needs at least 2 steps, got {steps}", key_path="--steps",
                            fix="give --steps 2 or more")
     half = steps // 2
-    sets = [f"{o['key']}={json.dumps(o['value'])}" for o in res.overrides if "source" not in o]
-    sets.append(f"trainer.save_freq={half}")
+    given = [o for o in res.overrides if "source" not in o]
+    sets = [f"{o['key']}={json.dumps(o['value'])}" for o in given if o["key"] != "trainer.save_freq"]
+    workdir.mkdir(parents=True, exist_ok=True)
+    save_freq = next((o["value"] for o in given if o["key"] == "trainer.save_freq"), None)
+    if save_freq is None:
+        size, free = checkpoint_bytes(res.config), shutil.disk_usage(workdir).free
+        save_freq = half
+        if size is not None and 2.2 * size > free:
+            save_freq = -1
+            print(f"notice: two checkpoints of ~{size / 1e9:.0f} GB would not fit in the {free / 1e9:.0f} GB free "
+                  f"under {workdir}: the run keeps only the checkpoint SIGTERM writes (trainer.save_freq=-1)",
+                  file=sys.stderr)
     base = [str(Path(res.path).resolve()), "--profile", res.profile_name, "--scale", res.scale, "--steps",
             str(steps), "--stage", "train", "--quiet"] + [a for s in sets for a in ("--set", s)]
     base += ["--runtime", "torchrun", "--nproc-per-node", str(nproc)] if nproc > 1 else ["--runtime", "local"]
-    workdir.mkdir(parents=True, exist_ok=True)
+    saving = [*base, "--set", f"trainer.save_freq={save_freq}"]
     straight, resumed = workdir / "straight", workdir / "resumed"
     for d in (straight, resumed):
         shutil.rmtree(d, ignore_errors=True)
@@ -435,13 +462,13 @@ def ckpt_resume_check(res: Resolved, workdir: Path, steps: int, *, nproc: int = 
             raise HarnessError(f"ckpt-resume: the {what} run exited {proc.returncode}: {tail}", file=str(workdir),
                                fix="run the same `harness run` by hand to see why", exit_code=EXIT_FINDINGS)
 
-    must(_harness([*base, "--out", str(straight)], {}, timeout_s), "straight")
-    must(_harness([*base, "--out", str(resumed)], {"HARNESS_STOP_AFTER_STEP": str(half)}, timeout_s),
+    must(_harness([*base, "--set", "trainer.save_freq=-1", "--out", str(straight)], {}, timeout_s), "straight")
+    must(_harness([*saving, "--out", str(resumed)], {"HARNESS_STOP_AFTER_STEP": str(half)}, timeout_s),
          "interrupted", (128 + int(signal.SIGTERM),))
-    must(_harness([*base, "--resume", str(resumed)], {}, timeout_s), "resumed")
+    must(_harness([*saving, "--resume", str(resumed)], {}, timeout_s), "resumed")
     mismatch = metric_mismatch(read_metrics(straight / "metrics.jsonl"), read_metrics(resumed / "metrics.jsonl"))
     return {"pass": mismatch is None, "steps": steps, "first_mismatch": mismatch, "straight": str(straight),
-            "resumed": str(resumed)}
+            "resumed": str(resumed), "save_freq": save_freq}
 
 
 def request_stop_after(step: int) -> None:

@@ -93,10 +93,32 @@ def schema_errors(instance: Any, schema_name: str) -> list[tuple[str, str, str]]
     return out
 
 
+def json_path(ptr: str) -> str:
+    """A JSON pointer as a JSONPath (``/data/items/0`` → ``$.data.items[0]``), as check-jsonschema prints it."""
+    out = "$"
+    for part in ptr.split("/")[1:] if ptr != "/" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        out += f"[{part}]" if part.isdigit() else f".{part}" if part.isidentifier() else f"[{part!r}]"
+    return out
+
+
+class SchemaErrors(HarnessError):
+    """A document failing its schema: one line for the first error (the others counted); ``errors`` holds all
+    of them as (json pointer, message, fix) for `harness validate` to list."""
+
+    def __init__(self, errors: list[tuple[str, str, str]], file: str) -> None:
+        ptr, msg, fix = errors[0]
+        more = f" [+{len(errors) - 1} more error(s): `harness validate` lists them]" if len(errors) > 1 else ""
+        super().__init__(f"{msg}{more}", file=file, key_path=ptr, fix=fix)
+        self.errors = errors
+
+    def lines(self) -> list[str]:
+        """Every error as ``file::$.json.path: message (fix: ...)``."""
+        return [f"{self.file}::{json_path(p)}: {m}" + (f" (fix: {f})" if f else "") for p, m, f in self.errors]
+
+
 def check(instance: Any, schema_name: str, file: str) -> None:
-    """Raise a one-line HarnessError for the first error; the message counts the others."""
+    """Raise :class:`SchemaErrors` (one line for the first error, the others counted) if ``instance`` fails."""
     errs = schema_errors(instance, schema_name)
     if errs:
-        ptr, msg, fix = errs[0]
-        more = f" [+{len(errs) - 1} more error(s); run `harness validate {file}`]" if len(errs) > 1 else ""
-        raise HarnessError(f"{msg}{more}", file=file, key_path=ptr, fix=fix)
+        raise SchemaErrors(errs, file)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness import stats
-from harness.baseline import quantile, stat_spec, statistical_window, steady, window_mean
+from harness.baseline import metric_tiers, quantile, stat_spec, statistical_window, steady, window_mean
 
 
 @dataclass
@@ -311,6 +311,11 @@ def evaluate(ctx: Context, tiers: list[str], *, throughput: bool = True,
     in ways that move it: ``memory_differs``), and notices."""
     notices: list[str] = []
     checks = [c for t in tiers for c in TIERS[t](ctx)]
+    unrecorded = sorted(n for n in ctx.run if n not in ctx.baseline["metrics"] and set(metric_tiers(n)) & set(tiers))
+    if unrecorded:
+        notices.append(f"not gated: the baseline has no values for {len(unrecorded)} metric(s) the run reports "
+                       f"({', '.join(unrecorded[:6])}{' …' if len(unrecorded) > 6 else ''}); re-record the baseline "
+                       "to gate them")
     if throughput:
         checks += throughput_check(ctx, notices)
     else:

@@ -23,7 +23,7 @@ from harness.recipe import (load_recipe_file, overridable_keys, parse_override, 
                             supported_pairs)
 from harness.safety import RULES, Finding
 from harness.safety.check import check_resolved, label
-from harness.schema import check
+from harness.schema import SchemaErrors, check
 
 HELP = "Check recipes and profiles (schema, scale/profile patches, overrides, safety rules); run nothing."
 
@@ -54,6 +54,11 @@ class _Report:
         self.lines.extend(f.one_line(tag) for f in findings)
 
     def fail(self, file: str, err: BaseException, profile: str | None = None, scale: str | None = None) -> None:
+        if isinstance(err, SchemaErrors):  # every schema error, one line each
+            for line in err.lines():
+                self.errors.append({"file": file, "profile": profile, "scale": scale, "message": line,
+                                    "exit": err.exit_code})
+            return
         if isinstance(err, HarnessError):
             text, code = err.one_line(), err.exit_code
             if not err.file:  # e.g. a profile the recipe lists but this checkout lacks: say which recipe
@@ -62,6 +67,10 @@ class _Report:
             text = f"{file}: unexpected error while validating ({type(err).__name__}: {err})"[:500]
             text, code = " ".join(text.split()), EXIT_USAGE
         self.errors.append({"file": file, "profile": profile, "scale": scale, "message": text, "exit": code})
+
+    def unloadable(self) -> int:
+        """Files (or recipe × profile pairs) that could not be loaded or resolved."""
+        return len({(e["file"], e["profile"], e["scale"]) for e in self.errors})
 
     def counts(self) -> tuple[int, int]:
         sev = [f["severity"] for r in self.results for f in r["findings"]]
@@ -166,7 +175,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"results": report.results, "profiles": report.profiles, "errors": report.errors,
                           "summary": {"pairs": len(report.results), "errors": errors, "warnings": warnings,
-                                      "unloadable": len(report.errors)}, "exit": code}, indent=2))
+                                      "unloadable": report.unloadable()}, "exit": code}, indent=2))
         return code
     for line in report.lines:
         print(line)
@@ -178,6 +187,8 @@ def execute(args: argparse.Namespace) -> int:
     if report.profiles:
         summary += f", {len(report.profiles)} profile file(s) ok"
     if report.errors:
-        summary += f", {len(report.errors)} could not be loaded or resolved"
+        summary += f", {report.unloadable()} could not be loaded or resolved"
+        if len(report.errors) > report.unloadable():
+            summary += f" ({len(report.errors)} error lines)"
     print(summary)
     return code

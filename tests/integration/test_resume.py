@@ -59,6 +59,7 @@ def test_resume_after_sigterm_is_bitwise(check: dict) -> None:
     assert manifest["status"] == "complete" and not (resumed / "INCOMPLETE").exists()
     assert [r["from_step"] for r in manifest["resumes"]] == [3]
     assert _ckpts(resumed) == ["step-000003", "step-000006"]
+    assert _ckpts(Path(check["straight"])) == [], "the straight run is never resumed: no checkpoint"
     steps = [r["step"] for r in read_metrics(resumed / "metrics.jsonl")]
     assert steps == list(range(7)), "a step is duplicated or missing"
 
@@ -146,14 +147,17 @@ def test_kill9_then_resume_matches(check: dict, tmp_path: Path) -> None:
 
 
 def test_two_processes_resume_is_bitwise(tmp_path: Path) -> None:
-    """2 gloo processes (FSDP2, DTensor state): 4 steps straight vs 2 + SIGTERM + resume 2."""
-    res = resolve(RECIPE, "cpu", "smoke", ("trainer.test_freq=3",))
+    """2 gloo processes (FSDP2, DTensor state): 4 steps straight vs 2 + SIGTERM + resume 2, with
+    ``trainer.save_freq=-1``: the one checkpoint is the one SIGTERM writes (how the check runs for models
+    whose checkpoints would not fit on disk twice)."""
+    res = resolve(RECIPE, "cpu", "smoke", ("trainer.test_freq=3", "trainer.save_freq=-1"))
     t0 = time.time()
     out = ckpt_resume_check(res, tmp_path, 4, nproc=2)
     print(f"ckpt-resume check (2 processes, 4 steps) took {time.time() - t0:.0f} s")
     assert out["pass"], out["first_mismatch"]
     manifest = _manifest(Path(out["resumed"]))
     assert manifest["runtime"]["world_size"] == 2 and [r["from_step"] for r in manifest["resumes"]] == [2]
+    assert _ckpts(Path(out["resumed"])) == ["step-000002"]
     ckpt = Path(out["resumed"]) / "checkpoints" / "step-000002"
     assert {f"state-rank{r}{ext}" for r in (0, 1) for ext in (".json", ".safetensors")} == {
         p.name for p in ckpt.iterdir() if p.name.startswith("state-")}

@@ -241,3 +241,32 @@ def test_state_file_round_trips_exactly(tmp_path: Path) -> None:
     assert torch.equal(back["w"], w) and torch.equal(back["tied"], w) and torch.equal(back["rng"], state["rng"])
     with pytest.raises(FileExistsError):  # never overwrites
         save_state(state, tmp_path / "s")
+
+
+# ----------------------------------------------------------------------------- the resume check's disk plan
+@pytest.mark.parametrize("free_gb,expect", [(500.0, 2), (60.0, -1)])
+def test_resume_check_keeps_one_checkpoint_when_two_do_not_fit(tmp_path, monkeypatch, capsys, free_gb, expect):
+    """The reduced 30B-A3B (~44 GB per checkpoint) on a 64 GiB disk: only the SIGTERM checkpoint; the
+    straight run never writes one; an explicit trainer.save_freq wins."""
+    calls: list[list[str]] = []
+
+    def fake(args, env, timeout):
+        calls.append(args)
+        out = Path(args[args.index("--out") + 1] if "--out" in args else args[args.index("--resume") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.jsonl").write_text('{"step": 1, "actor/pg_loss": 0.5}\n')
+        return SimpleNamespace(returncode=128 + int(signal.SIGTERM) if "HARNESS_STOP_AFTER_STEP" in env else 0,
+                               stderr="")
+
+    monkeypatch.setattr(ck, "_harness", fake)
+    monkeypatch.setattr(ck.shutil, "disk_usage", lambda p: SimpleNamespace(free=int(free_gb * 1e9)))
+    res = resolve("qwen3_30b_a3b", "gpu-1x-h200", "reduced")
+    assert 30e9 < ck.checkpoint_bytes(res.config) < 60e9
+    out = ck.ckpt_resume_check(res, tmp_path / "w", 4)
+    assert out["pass"] and out["save_freq"] == expect
+    sets = [[a[i + 1] for i, x in enumerate(a) if x == "--set" and a[i + 1].startswith("trainer.save_freq=")]
+            for a in calls]
+    assert sets == [["trainer.save_freq=-1"], [f"trainer.save_freq={expect}"], [f"trainer.save_freq={expect}"]]
+    assert ("notice: two checkpoints" in capsys.readouterr().err) == (expect == -1)
+    res = resolve("qwen3_30b_a3b", "gpu-1x-h200", "reduced", ("trainer.save_freq=1",))
+    assert ck.ckpt_resume_check(res, tmp_path / "w2", 4)["save_freq"] == 1

@@ -659,3 +659,22 @@ def test_throughput_floor_is_not_moved_by_the_calibration():
     assert "calibrated speed 1.28x" in tp(850.0, 128.0).detail
     assert not tp(600.0, 60.0).passed, "a slower calibration does not lower it: a 40% slowdown fails"
     assert not tp(600.0, None).passed
+
+
+def test_a_metric_the_baseline_lacks_is_named_not_silently_ungated(tmp_path, manifest):
+    """A metric added since the baseline was recorded is gated by today's rule: the verdict says it was not
+    compared (and why), instead of passing over it."""
+    baseline, primary = _recorded(tmp_path, manifest)
+    run = tmp_path / "newer-run"
+    run.mkdir()
+    (run / "manifest.json").write_text((primary / "manifest.json").read_text())
+    rows = [json.loads(r) for r in (primary / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["actor/new_diagnostic"] = 0.25
+        r["timing_s/new_phase"] = 0.5  # timing is never gated: not named
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    v = C.judge(run, None, baseline_path=baseline)
+    assert v.status == "pass" and v.tier == "exact"
+    (notice,) = [n for n in v.notices if n.startswith("not gated")]
+    assert "actor/new_diagnostic" in notice and "timing_s/new_phase" not in notice and "re-record" in notice
+    assert not [n for n in C.judge(primary, None, baseline_path=baseline).notices if n.startswith("not gated")]

@@ -47,8 +47,8 @@ def test_negative_corpus(name, capsys):
     assert code == exp["exit"], out + err
     assert exp["contains"] in out + err, out + err
     if exp["exit"] == 2:
-        (line,) = err.splitlines()  # bad input: exactly one line, naming the file
-        assert line.startswith("error: ") and name in line and "(fix: " in line
+        lines = err.splitlines()  # bad input: one line per problem, each naming the file and a fix
+        assert lines and all(ln.startswith("error: ") and name in ln and "(fix: " in ln for ln in lines)
     else:
         lines = [ln for ln in (out + err).splitlines() if exp["contains"] in ln]
         assert lines and all(name in ln and "(fix: " in ln for ln in lines)
@@ -88,7 +88,7 @@ def test_profile_files_are_schema_checked(tmp_path, capsys):
     data["name"], data["accelerator"]["count_per_node"] = "tiny", 0
     (bad_dir / "tiny.json").write_text(json.dumps(data))
     code, _, err = run(["validate", str(bad_dir / "tiny.json")], capsys)
-    assert code == 2 and "/accelerator/count_per_node" in err
+    assert code == 2 and "::$.accelerator.count_per_node: 0 is less than the minimum of 1" in err
 
 
 # ----------------------------------------------------------------------------- output and exit codes
@@ -171,3 +171,36 @@ def test_directory_and_unreadable_inputs(tmp_path, capsys):
                     .replace('"name": "qwen3_vl_30b"', '"name": "huge"').replace('"lr": 1e-06', '"lr": 1e400'))
     code, _, err = run(["validate", str(huge), "--profile", "cpu"], capsys)
     assert code == 2 and len(err.splitlines()) == 1
+
+
+def test_every_schema_error_is_listed_with_its_json_path(capsys, tmp_path):
+    """Three mistakes in one recipe: three lines `file::$.json.path: message (fix: ...)`, like check-jsonschema,
+    and no advice to run the command that was just run."""
+    doc = json.loads(Path(SEED).read_text()) if Path(SEED).is_file() else None
+    if doc is None:
+        from harness.recipe import recipe_path
+
+        doc = json.loads(recipe_path(SEED).read_text())
+    doc["trainer"]["save_freq"] = "often"
+    doc["data"]["train_batch_size"] = -3
+    doc["trainer"]["bogus_key"] = 1
+    bad = tmp_path / "three_mistakes.json"
+    bad.write_text(json.dumps(doc))
+    code, out, err = run(["validate", str(bad)], capsys)
+    assert code == 2
+    assert err.splitlines() == [
+        f"error: {bad}::$.data.train_batch_size: -3 is less than the minimum of 1 (fix: use a value >= 1)",
+        f"error: {bad}::$.trainer: unknown key 'bogus_key' (fix: remove ['bogus_key']; allowed keys: device, "
+        "max_actor_ckpt_to_keep, n_gpus_per_node, nnodes, resume_mode, save_freq, test_freq, total_training_steps, "
+        "val_before_train)",
+        f"error: {bad}::$.trainer.save_freq: 'often' is not of type 'integer' (fix: use a value of type integer)"]
+    assert "1 could not be loaded or resolved (3 error lines)" in out and "run `harness validate" not in err
+    code, out, _ = run(["validate", str(bad), "--json"], capsys)
+    assert json.loads(out)["summary"]["unloadable"] == 1 and len(json.loads(out)["errors"]) == 3
+
+
+def test_json_path_of_a_pointer():
+    from harness.schema import json_path
+
+    assert json_path("/") == "$"
+    assert json_path("/data/items/0/a~1b") == "$.data.items[0]['a/b']"
