@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "mlperf-check": "mlperf_check",
     "probe": "probe",
     "ckpt-resume": "ckpt_resume",
+    "slurm": "slurm",
 }
 
 

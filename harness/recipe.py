@@ -177,9 +177,6 @@ class Resolved:
     def config_hash(self) -> str:
         return canonical_hash(self.config)
 
-    def get(self, dotted: str) -> Any:
-        return get_dotted(self.config, dotted)
-
 
 def supported_pairs(recipe: dict[str, Any]) -> list[tuple[str, str]]:
     return [(prof, scale) for prof, scales in recipe["profiles"].items() for scale in scales]

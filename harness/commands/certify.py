@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _plan(entry: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
     """Resolve one entry and refuse (exit 2) what could not be certified, before anything runs."""
     from harness.baseline import load_baseline
-    from harness.commands.run import preflight
+    from harness.safety.check import preflight
     from harness.recipe import resolve
 
     res = resolve(entry["recipe"], profile["name"], entry["scale"])
@@ -189,8 +189,8 @@ def execute(args: argparse.Namespace) -> int:
         print(f"signed with keyid {signer.public_key.keyid} ({args.key}); readers verify it with "
               f"`harness verify-certificate {out / CERT_FILE} --pubkey <your signing-key.pub.pem>`")
     else:
-        print(f"warning: the certificate is UNSIGNED: anyone can edit it and recompute its digests; sign it with "
-              f"--key (make a key with `harness keygen --out DIR`)", file=sys.stderr)
+        print("warning: the certificate is UNSIGNED: anyone can edit it and recompute its digests; sign it with "
+              "--key (make a key with `harness keygen --out DIR`)", file=sys.stderr)
     return EXIT_OK if result == "pass" else EXIT_FINDINGS
 
 

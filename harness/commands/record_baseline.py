@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     from harness.baseline import default_path
     from harness.baseline_record import record
-    from harness.commands.run import preflight
+    from harness.safety.check import preflight
     from harness.recipe import resolve
     from harness.record import default_run_dir
 

@@ -9,9 +9,9 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
+from harness.safety.check import preflight
 from harness.commands import add_override_argument, add_target_arguments, chosen_profile
 from harness.recipe import Resolved, resolve
 from harness.record import default_run_dir
@@ -54,18 +54,6 @@ def resolve_args(args: argparse.Namespace, sets: list[str] | None = None) -> Res
     if args.steps is not None and args.steps < 1:
         raise HarnessError(f"--steps must be >= 1, got {args.steps}", key_path="--steps", fix="give a positive count")
     return resolve(args.recipe, chosen_profile(args), args.scale, tuple(args.overrides if sets is None else sets))
-
-
-def preflight(res: Resolved) -> list[Any]:
-    """Safety rules + memory pre-flight; raises (exit 1) on any error finding."""
-    from harness.safety.check import check_resolved, raise_on_errors
-
-    findings = check_resolved(res)
-    for f in findings:
-        if f.severity != "error":
-            sys.stderr.write(f"warning: {f.one_line(res.path)}\n")
-    raise_on_errors(findings, res.path)
-    return findings
 
 
 def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[str, str | None]:

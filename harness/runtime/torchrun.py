@@ -12,8 +12,10 @@ into the run's manifest and reported in one line. ``--resume`` reaches the ranks
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -24,6 +26,7 @@ from pathlib import Path
 from harness.checkpoint import interrupt_exit_code
 from harness.errors import EXIT_FINDINGS, HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
+from harness.paths import RECIPES_DIR
 from harness.recipe import Resolved
 from harness.record import MARKER, utc_now
 
@@ -188,14 +191,20 @@ def sbatch_script(res: Resolved, *, steps: int | None, out: str, partition: str 
     ]
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
-    steps_arg = f" --steps {steps}" if steps else ""
+    shipped = RECIPES_DIR / f"{res.name}.json"
+    recipe = res.name if shipped.is_file() and shipped.resolve() == Path(res.path).resolve() else str(res.path)
+    args = [recipe, "--profile", res.profile_name, "--scale", res.scale] + (["--steps", str(steps)] if steps else [])
+    for o in res.overrides:
+        if "source" not in o:  # the --set overrides (scale / profile patches come from the recipe itself)
+            args += ["--set", f"{o['key']}={json.dumps(o['value'])}"]
+    args += ["--runtime", "torchrun", "--out", out, "--stage", "train"]
+    inner = "NODE_RANK=$SLURM_NODEID harness run " + " ".join(shlex.quote(a) for a in args)
     lines += [
         "set -euo pipefail",
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         'export HARNESS_RDZV_ENDPOINT="${head_node}:29500"',
         "export NNODES=$SLURM_NNODES",
-        f"srun --ntasks-per-node=1 bash -c 'NODE_RANK=$SLURM_NODEID harness run {res.name} --profile "
-        f"{res.profile_name} --scale {res.scale}{steps_arg} --runtime torchrun --out {out} --stage train'",
-        f"harness compare {out}",
+        f"srun --ntasks-per-node=1 bash -c {shlex.quote(inner)}",
+        f"harness compare {shlex.quote(out)}",
     ]
     return "\n".join(lines) + "\n"

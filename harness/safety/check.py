@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,3 +37,14 @@ def raise_on_errors(findings: Sequence[Finding], file: str | None = None) -> Non
     more = f" [+{len(errors) - 1} more error(s); run `harness validate`]" if len(errors) > 1 else ""
     raise HarnessError(f"{first.rule} error: {first.message}{more}", file=file, key_path=first.key, fix=first.fix,
                        exit_code=EXIT_FINDINGS)
+
+
+def preflight(res: Resolved) -> list[Finding]:
+    """Safety rules + memory pre-flight before anything runs: warnings to stderr, the first error raised
+    (exit 1, the others counted)."""
+    findings = check_resolved(res)
+    for f in findings:
+        if f.severity != "error":
+            sys.stderr.write(f"warning: {f.one_line(res.path)}\n")
+    raise_on_errors(findings, res.path)
+    return findings

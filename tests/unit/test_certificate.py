@@ -23,7 +23,7 @@ def test_generated_cert_schemas_are_committed() -> None:
 
 @pytest.mark.parametrize("profile", profile_names())
 def test_every_profile_has_a_runnable_suite(profile: str) -> None:
-    from harness.commands.run import preflight
+    from harness.safety.check import preflight
     from harness.recipe import resolve
 
     prof = load_profile(profile)

@@ -102,3 +102,29 @@ error: rank 0: step failed
     asked = report.replace("exitcode  : -9 (pid: 24883)  (SIGKILL)", "exitcode  : 143 (pid: 24883)")
     assert torchrun.stopped_by_signal(asked, forwarded=False), "every first-failing rank exited 143: a requested stop"
     assert not torchrun.stopped_by_signal("nothing useful", forwarded=False)
+
+
+def test_slurm_command_passes_overrides_quoted_and_never_overwrites(tmp_path, capsys) -> None:
+    """`harness slurm`: the --set overrides reach every node, an odd run directory stays one word, the script
+    parses (bash -n), and --write refuses an existing file unless --force."""
+    import subprocess
+
+    from harness.cli import main
+
+    out_dir = "runs/vl full's"
+    argv = ["slurm", "qwen3_vl_30b", "--profile", "gpu-8x-h200-141g", "--scale", "full", "--out", out_dir,
+            "--set", "actor_rollout_ref.actor.optim.lr=2e-6", "--partition", "gpu"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    (srun,) = [ln for ln in text.splitlines() if ln.startswith("srun ")]
+    assert "--set actor_rollout_ref.actor.optim.lr=2e-06" in srun and "NODE_RANK=$SLURM_NODEID" in srun
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    inner = subprocess.run(["bash", "-c", srun.replace("srun --ntasks-per-node=1 bash -c ", "printf '%s' ")],
+                           capture_output=True, text=True).stdout
+    assert inner.startswith("NODE_RANK=$SLURM_NODEID harness run qwen3_vl_30b ") and "'runs/vl full'\"'\"'s'" in inner
+    script = tmp_path / "job.sbatch"
+    assert main([*argv, "--write", str(script)]) == 0 and script.read_text() == text
+    assert main([*argv, "--write", str(script)]) == 2 and "file exists" in capsys.readouterr().err
+    assert main([*argv, "--write", str(script), "--force"]) == 0
+    assert main(["slurm", "qwen3_vl_30b", "--profile", "gpu-8x-h200-141g", "--scale", "full", "--out", "x",
+                 "--set", "trainer.nnodes=3"]) in (1, 2)  # refused before a line is written
