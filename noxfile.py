@@ -1,4 +1,4 @@
-"""Sessions: validate · tests · run-recipe · record-baseline · gate · build-image · certify · lint-verl.
+"""Sessions: validate · lint · tests · run-recipe · record-baseline · gate · build-image · certify · lint-verl.
 
 Every session installs the project (editable) with the exact versions of ``constraints.txt`` on
 nox's default virtualenv/pip backend (pip finds the local CPU torch wheel; uv would not).
@@ -10,7 +10,7 @@ from __future__ import annotations
 import nox
 
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["validate", "tests"]
+nox.options.sessions = ["validate", "lint", "tests"]
 nox.options.default_venv_backend = "virtualenv"
 
 PYTHON = None  # the interpreter nox runs on
@@ -39,6 +39,13 @@ def tests(session: nox.Session) -> None:
     _install(session, "[test]")
     # --durations: every CI log says where its minutes go
     session.run("pytest", *(session.posargs or ["tests", "-q", "--durations=25"]), success_codes=[0])
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff over the project (the rules in pyproject.toml: pyflakes and pycodestyle's errors)."""
+    session.install("-c", "constraints.txt", "ruff")
+    session.run("ruff", "check", "harness", "tests", "bench", "noxfile.py", *session.posargs)
 
 
 @nox.session(name="run-recipe", python=PYTHON)

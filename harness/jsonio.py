@@ -65,7 +65,7 @@ def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = 
         raise HarnessError(f"is a directory, not a {what}", file=p, fix=f"name a {what}") from None
     except OSError as err:
         if not follow_symlinks and os.path.islink(p):
-            raise HarnessError(f"is a symbolic link; the harness does not follow links here", file=p,
+            raise HarnessError("is a symbolic link; the harness does not follow links here", file=p,
                                fix="replace the link by the file itself") from None
         raise HarnessError(f"cannot read ({err.strerror})", file=p, fix="check the path and its permissions") from None
     try:
@@ -73,7 +73,7 @@ def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = 
         if stat.S_ISDIR(st.st_mode):
             raise HarnessError(f"is a directory, not a {what}", file=p, fix=f"name a {what}")
         if not stat.S_ISREG(st.st_mode):
-            raise HarnessError(f"not a regular file (a FIFO, device or socket); refused", file=p,
+            raise HarnessError("not a regular file (a FIFO, device or socket); refused", file=p,
                                fix=f"name a regular {what}")
         if st.st_size > limit:
             raise HarnessError(f"{what} is {st.st_size} bytes, over the limit of {limit}", file=p,

@@ -91,7 +91,7 @@ def _runtime(image: str | None, plans: list[dict[str, Any]]) -> tuple[str, str |
 
 
 def _train(plan: dict[str, Any], run_dir: Path, runtime: str, image: str | None, quiet: bool) -> None:
-    from harness.commands.run import choose_runtime, train_stage
+    from harness.runtime.launch import choose_runtime, train_stage
 
     kind = runtime if runtime == "docker" or plan["world"] > 1 else "local"
     kind, img = choose_runtime(kind, plan["res"], image)

@@ -10,11 +10,12 @@ import os
 import sys
 from pathlib import Path
 
-from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
+from harness.errors import EXIT_OK, HarnessError
 from harness.safety.check import preflight
 from harness.commands import add_override_argument, add_target_arguments, chosen_profile
 from harness.recipe import Resolved, resolve
 from harness.record import default_run_dir
+from harness.runtime.launch import choose_runtime, train_stage
 
 HELP = "Run a recipe (GRPO training) and judge it against its baseline."
 RUNTIMES = ("auto", "local", "docker", "torchrun")
@@ -56,25 +57,6 @@ def resolve_args(args: argparse.Namespace, sets: list[str] | None = None) -> Res
     return resolve(args.recipe, chosen_profile(args), args.scale, tuple(args.overrides if sets is None else sets))
 
 
-def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[str, str | None]:
-    """(runtime, image) — ``auto`` becomes docker when usable, else local with a one-line notice."""
-    world = res.config["trainer"]["nnodes"] * res.config["trainer"]["n_gpus_per_node"]
-    if requested == "auto":
-        from harness.runtime.docker import docker_status
-
-        ref = image or res.profile["container_image"]["reference"]
-        ok, why = docker_status(ref)  # also False for an image built from other sources
-        if ok:
-            return ("docker", ref)
-        local = "torchrun" if world > 1 else "local"
-        sys.stderr.write(f"notice: running {local} ({why})\n")
-        return (local, None)
-    if requested == "local" and world > 1:
-        raise HarnessError(f"the resolved recipe needs {world} processes; --runtime local runs one",
-                           key_path="--runtime", fix="use --runtime torchrun (or docker)")
-    return (requested, image or (res.profile["container_image"]["reference"] if requested == "docker" else None))
-
-
 def plan_replay(args: argparse.Namespace, res: Resolved, runtime: str) -> Path | None:
     """The baseline to replay, or None for a free run.
 
@@ -109,42 +91,6 @@ def plan_replay(args: argparse.Namespace, res: Resolved, runtime: str) -> Path |
     sys.stderr.write(f"notice: this machine cannot reproduce the baseline bitwise ({'; '.join(blocking)}): "
                      "replaying its recorded rollouts instead (--tier replay)\n")
     return path
-
-
-def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime: str, image: str | None,
-                replay: Path | None = None) -> None:
-    if runtime == "local":
-        from harness.runner import train
-
-        resume = list(args.overrides) if getattr(args, "resume", None) is not None else None
-        train(res, run_dir, steps=args.steps, runtime=os.environ.get("HARNESS_RUNTIME", "local"),
-              progress=not args.quiet, resume=resume, replay=replay)
-    elif runtime == "docker":
-        from harness.runtime.docker import recipe_target, run_in_docker
-
-        recipe_file = Path(res.path).resolve()
-        inner = ["run", recipe_target(recipe_file), "--profile", res.profile_name, "--scale", res.scale,
-                 "--out", "/run-dir", "--runtime", "local", "--stage", "train"]
-        if args.steps:
-            inner += ["--steps", str(args.steps)]
-        for o in args.overrides:
-            inner += ["--set", o]
-        if args.quiet:
-            inner.append("--quiet")
-        if getattr(args, "resume", None) is not None:
-            inner += ["--resume", "/run-dir"]
-        env = {k: os.environ[k] for k in ("HARNESS_FAULT",) if k in os.environ}
-        code = run_in_docker(inner, image=image or "", run_dir=run_dir.absolute(), recipe_file=recipe_file,
-                             devices=res.config["trainer"]["device"],
-                             device_count=res.config["trainer"]["n_gpus_per_node"], env=env)
-        if code != 0:
-            raise HarnessError(f"the run inside the container failed (exit {code})", file=str(run_dir),
-                               fix="read the container output above; the run directory keeps what was written",
-                               exit_code=code if code in (1, 2) else EXIT_FINDINGS)
-    else:  # torchrun
-        from harness.runtime.torchrun import launch
-
-        launch(res, args, run_dir)
 
 
 def _listing(run_dir: Path) -> list[str] | None:

@@ -33,60 +33,8 @@ from typing import Any
 
 from harness.jsonio import write_text_atomic
 from harness.paths import ROOT
-
-LOG_FILE = "mlperf.log"
-SYSTEM_DESC_FILE = "system-description.json"
-RULESET = "6.1.0"
-ORG = "grpo-harness"
-EVAL_PREFIX, EVAL_SUFFIX = "val-core/", "/reward/mean"
-
-
-def benchmark_name(recipe: str, scale: str) -> str:
-    return f"grpo_{recipe}_{scale}"
-
-
-def _precision(dtype: str) -> str:
-    return {"bfloat16": "bfloat16", "float16": "fp16", "float32": "fp32"}.get(dtype, dtype)
-
-
-def run_constants(config: dict[str, Any]) -> dict[str, Any]:
-    """The MLPerf keys a resolved recipe fixes, in log order (the rules pin each one)."""
-    arr = config["actor_rollout_ref"]
-    actor, rollout, optim = arr["actor"], arr["rollout"], arr["actor"]["optim"]
-    engine = actor.get(actor["strategy"]) if isinstance(actor.get(actor["strategy"]), dict) else {}
-    t = config["trainer"]
-    world = t["nnodes"] * t["n_gpus_per_node"]
-    prompts, n = config["data"]["train_batch_size"], rollout["n"]
-    micro = actor.get("ppo_micro_batch_size_per_gpu") or 1
-    synthetic = config["data"].get("synthetic") or {}
-    precision = _precision(config["model"]["dtype"])
-    return {
-        "global_batch_size": prompts * n,
-        "num_prompts_per_step": prompts,
-        "num_generations_per_prompt": n,
-        "max_sequence_length": config["data"]["max_prompt_length"] + config["data"]["max_response_length"],
-        "gradient_accumulation_steps": max(1, actor["ppo_mini_batch_size"] * n // (micro * world)),
-        "micro_batch_size": micro,
-        "opt_name": "adamw",
-        "opt_base_learning_rate": optim["lr"],
-        "opt_adamw_beta_1": optim["betas"][0],
-        "opt_adamw_beta_2": optim["betas"][1],
-        "opt_adamw_weight_decay": optim["weight_decay"],
-        "opt_gradient_clip_norm": optim["clip_grad"],
-        "opt_learning_rate_warmup_steps": max(0, optim["lr_warmup_steps"]),
-        "opt_learning_rate_decay_schedule": optim["lr_scheduler_type"],
-        "generation_training_rollout_temperature": rollout["temperature"],
-        "generation_training_rollout_top_p": rollout["top_p"],
-        "lowest_numerical_precision_in_linear": precision,
-        "lowest_numerical_precision_in_attn": precision,
-        "lowest_numerical_precision_in_comm": precision,
-        "tensor_parallelism": 1,
-        "pipeline_parallelism": 1,
-        "context_parallelism": int(engine.get("ulysses_parallel_size") or 1),
-        "expert_parallelism": int(engine.get("expert_parallel_size") or 1),
-        "train_samples": synthetic.get("train_size"),
-        "eval_samples": synthetic.get("val_size"),
-    }
+from harness.mlperf.benchmarks import (EVAL_PREFIX, EVAL_SUFFIX, LOG_FILE, ORG, RULESET,  # noqa: F401 (re-exported)
+                                      SYSTEM_DESC_FILE, benchmark_name, convergence_target, run_constants)
 
 
 def eval_accuracy(metrics: dict[str, Any]) -> float | None:
@@ -116,8 +64,6 @@ class MlperfLog:
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], *, resume_from: int | None = None) -> None:
         from mlperf_logging.mllog import constants, mllog
-
-        from harness.mlperf.rules import convergence_target
 
         self.path = Path(run_dir) / LOG_FILE
         self.constants = run_constants(manifest["resolved_config"])

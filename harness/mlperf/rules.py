@@ -26,49 +26,19 @@ expressions, which come from this checkout; the log itself is only parsed as JSO
 from __future__ import annotations
 
 import json
-import math
-import statistics
 import subprocess
 import sys
 import tempfile
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from harness.mlperf import EVAL_PREFIX, EVAL_SUFFIX, RULESET, benchmark_name, run_constants
+from harness.mlperf.benchmarks import (EVAL_PREFIX, EVAL_SUFFIX, RULESET, benchmark_name,  # noqa: F401 (re-exported)
+                                      convergence_target, references, run_constants)
 from harness.paths import ROOT
 
 RULES_DIR = Path(__file__).resolve().parent / "rules" / f"training_{RULESET}"
 COMMON = RULES_DIR / "common.yaml"
 PRECISIONS = ["fp64", "fp32", "tf32", "fp16", "fp8", "bfloat16", "int8"]
-
-
-@lru_cache(maxsize=None)
-def references() -> dict[str, dict[str, Any]]:
-    """benchmark -> {recipe, scale, profile, baseline, target} for every reference baseline."""
-    out: dict[str, dict[str, Any]] = {}
-    for path in sorted((ROOT / "baselines").glob("*/*.json"), key=lambda p: p.as_posix()):
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        name = benchmark_name(doc["recipe"]["name"], doc["scale"])
-        if name in out:
-            continue
-        finals = []
-        for key, m in doc["metrics"].items():
-            if key.startswith(EVAL_PREFIX) and key.endswith(EVAL_SUFFIX):
-                finals += [m["values"][-1]] + [seed[-1] for seed in m.get("noise_values", [])]
-        if not finals:  # no evaluation in the run (e.g. a reduced scale with test_freq -1): no quality target,
-            continue    # so no MLPerf benchmark
-        # the median, not the lowest: one reference seed that collapsed (it happens: qwen3_30b_a3b's seed 45 ends
-        # at 0.0) would otherwise make any run "converged"
-        target = math.floor(0.9 * statistics.median(finals) * 100) / 100
-        out[name] = {"recipe": doc["recipe"]["name"], "scale": doc["scale"], "profile": doc["profile"],
-                     "baseline": path.relative_to(ROOT).as_posix(), "target": target}
-    return out
-
-
-def convergence_target(recipe: str, scale: str) -> float | None:
-    ref = references().get(benchmark_name(recipe, scale))
-    return ref["target"] if ref else None
 
 
 def _q(expr: str) -> str:

@@ -71,7 +71,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from harness.safety import Finding, RuleContext, finding
+from harness.safety.registry import Finding, RuleContext, finding
 
 GB = 1e9
 USABLE_FRACTION = 0.95

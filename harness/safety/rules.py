@@ -14,7 +14,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from harness.safety import Finding, RuleContext, finding, memory, register_rule
+from harness.safety import memory
+from harness.safety.registry import Finding, RuleContext, finding, register_rule
 from harness.safety.code_loading import is_code_loading_key, is_enabled
 
 ENGINE = "actor_rollout_ref.actor.veomni"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.verl.bashbuiltins import BUILTINS, Builtins, Exit, Return, test_words
-from harness.verl.bashskip import BashSyntaxError
+from harness.verl.bashscan import BashSyntaxError
 from harness.verl.bashtree import Redirect, Tree, assigned_in_arith, assignments, elif_parts, parse
 from harness.verl.bashwords import Chunk, Field, Issue, Shell, Unknown, Var, first_offset, text_of, unknowns, word_end
 

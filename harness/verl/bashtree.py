@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from harness.verl.bashskip import BashSyntaxError, skip_braced
+from harness.verl.bashscan import BashSyntaxError, skip_braced
 
 MAX_DEPTH = 400  # nesting beyond this is refused rather than walked
 CLOSERS = {"then", "elif", "else", "fi", "do", "done", "esac"}

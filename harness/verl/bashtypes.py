@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from harness.verl.bashskip import skip_backtick, skip_dollar, skip_double, skip_single
+from harness.verl.bashscan import skip_backtick, skip_dollar, skip_double, skip_single
 
 META = set(" \t\n;&|<>()")
 IFS = " \t\n"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.verl.bashparams import ParamExpansion
-from harness.verl.bashskip import (BashSyntaxError, skip_ansi, skip_arith, skip_backtick, skip_braced, skip_dollar,
+from harness.verl.bashscan import (BashSyntaxError, skip_ansi, skip_arith, skip_backtick, skip_braced, skip_dollar,
                                    skip_double, skip_old_arith, skip_single)
 from harness.verl.bashtree import Heredoc, parse
 from harness.verl.bashtypes import (BREAK, ENVIRONMENT, IFS, META, Chunk, Field, Issue, Item, Unknown, Var,

@@ -1,0 +1,70 @@
+"""Where a run's training happens: this process, a sealed container, or torchrun — chosen and started.
+
+``choose_runtime`` turns ``--runtime auto|local|docker|torchrun`` into the runtime and image a
+resolved recipe can use; ``train_stage`` runs the training there (the verdict is the caller's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from harness.errors import EXIT_FINDINGS, HarnessError
+from harness.recipe import Resolved
+
+
+def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[str, str | None]:
+    """(runtime, image) — ``auto`` becomes docker when usable, else local with a one-line notice."""
+    world = res.config["trainer"]["nnodes"] * res.config["trainer"]["n_gpus_per_node"]
+    if requested == "auto":
+        from harness.runtime.docker import docker_status
+
+        ref = image or res.profile["container_image"]["reference"]
+        ok, why = docker_status(ref)  # also False for an image built from other sources
+        if ok:
+            return ("docker", ref)
+        local = "torchrun" if world > 1 else "local"
+        sys.stderr.write(f"notice: running {local} ({why})\n")
+        return (local, None)
+    if requested == "local" and world > 1:
+        raise HarnessError(f"the resolved recipe needs {world} processes; --runtime local runs one",
+                           key_path="--runtime", fix="use --runtime torchrun (or docker)")
+    return (requested, image or (res.profile["container_image"]["reference"] if requested == "docker" else None))
+
+
+def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime: str, image: str | None,
+                replay: Path | None = None) -> None:
+    if runtime == "local":
+        from harness.runner import train
+
+        resume = list(args.overrides) if getattr(args, "resume", None) is not None else None
+        train(res, run_dir, steps=args.steps, runtime=os.environ.get("HARNESS_RUNTIME", "local"),
+              progress=not args.quiet, resume=resume, replay=replay)
+    elif runtime == "docker":
+        from harness.runtime.docker import recipe_target, run_in_docker
+
+        recipe_file = Path(res.path).resolve()
+        inner = ["run", recipe_target(recipe_file), "--profile", res.profile_name, "--scale", res.scale,
+                 "--out", "/run-dir", "--runtime", "local", "--stage", "train"]
+        if args.steps:
+            inner += ["--steps", str(args.steps)]
+        for o in args.overrides:
+            inner += ["--set", o]
+        if args.quiet:
+            inner.append("--quiet")
+        if getattr(args, "resume", None) is not None:
+            inner += ["--resume", "/run-dir"]
+        env = {k: os.environ[k] for k in ("HARNESS_FAULT",) if k in os.environ}
+        code = run_in_docker(inner, image=image or "", run_dir=run_dir.absolute(), recipe_file=recipe_file,
+                             devices=res.config["trainer"]["device"],
+                             device_count=res.config["trainer"]["n_gpus_per_node"], env=env)
+        if code != 0:
+            raise HarnessError(f"the run inside the container failed (exit {code})", file=str(run_dir),
+                               fix="read the container output above; the run directory keeps what was written",
+                               exit_code=code if code in (1, 2) else EXIT_FINDINGS)
+    else:  # torchrun
+        from harness.runtime.torchrun import launch
+
+        launch(res, args, run_dir)

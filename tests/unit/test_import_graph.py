@@ -1,0 +1,89 @@
+"""The import graph of ``harness``: no cycles (counting imports inside functions too) and commands that
+do not import each other (a command is a thin layer over the library, not a library for other commands).
+
+Edges are read from the source (``ast``), not from ``sys.modules``: ``from pkg import name`` is an edge
+to ``pkg.name`` when that is a module, else to ``pkg``; the implicit import of a package by its own
+submodules is not an edge.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[2] / "harness"
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        parts = path.relative_to(PKG.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def edges(mods: dict[str, Path]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("harness"):
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    out[name].add(sub if sub in mods else node.module)
+            elif isinstance(node, ast.Import):
+                out[name] |= {a.name for a in node.names if a.name.startswith("harness")}
+    return {m: {t for t in ts if t in mods and t != m} for m, ts in out.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(edges(modules())) == []
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_commands_do_not_import_each_other() -> None:
+    graph = edges(modules())
+    commands = {m for m in graph if m.startswith("harness.commands.")}
+    crossing = sorted(f"{m} -> {t}" for m in commands for t in graph[m] if t in commands)
+    assert crossing == [], "move what two commands share out of harness/commands/ (e.g. harness/runtime/launch.py)"
+
+
+def test_nothing_below_the_commands_imports_them() -> None:
+    graph = edges(modules())
+    upward = sorted(f"{m} -> {t}" for m in graph if not m.startswith(("harness.commands", "harness.cli"))
+                    for t in graph[m] if t.startswith("harness.commands"))
+    assert upward == []
