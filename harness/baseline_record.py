@@ -27,6 +27,7 @@ from harness.environment import summary
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.schema import check
+from harness.runtime.spec import RunSpec
 
 PERTURBATION = ("the same replay in float64 (--set model.dtype=float64): its distance from the recorded run is the "
                 "rounding error of the baseline's own arithmetic, which any other implementation also makes")
@@ -60,11 +61,9 @@ def _seed_runs(primary: Any, profile: str, scale: str, seeds: int, steps: int | 
 
     def one(k: int) -> None:
         log(f"record-baseline: seed {base_seed + k} ({k + 1}/{seeds}) -> {dirs[k]}")
-        cmd = [str(primary.path), "--profile", profile, "--scale", scale, "--out", str(dirs[k]), "--runtime", "local",
-               "--stage", "train"]
-        cmd += ["--steps", str(steps)] if steps else []
-        cmd += ["--set", f"seed={base_seed + k}"] if k else []
-        cmd += [] if progress and jobs == 1 else ["--quiet"]
+        cmd = RunSpec(str(primary.path), profile, scale, out=str(dirs[k]), steps=steps or None,
+                      overrides=(f"seed={base_seed + k}",) if k else (), runtime="local", stage="train",
+                      quiet=not (progress and jobs == 1)).run_args()
         _child(cmd, dirs[k], f"seed {base_seed + k} run", progress and jobs == 1)
 
     with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -79,10 +78,9 @@ def replay_noise(primary: Any, profile: str, scale: str, baseline_path: Path, do
     run_dir = runs_dir / "replay-noise"
     log(f"record-baseline: replay noise ({doc['replay']['perturbation']}) -> {run_dir}")
     horizon = min(doc["steps"], int(doc["policy"]["replay"]["horizon_steps"]))  # only these steps are gated
-    cmd = [str(primary.path), "--profile", profile, "--scale", scale, "--out", str(run_dir), "--runtime", "local",
-           "--stage", "train", "--tier", "replay", "--baseline", str(baseline_path), "--steps", str(horizon),
-           "--set", "model.dtype=float64"]
-    cmd += [] if progress else ["--quiet"]
+    cmd = RunSpec(str(primary.path), profile, scale, out=str(run_dir), steps=horizon, overrides=("model.dtype=float64",),
+                  runtime="local", stage="train", tier="replay", baseline=str(baseline_path),
+                  quiet=not progress).run_args()
     _child(cmd, run_dir, "replay-noise run", progress)
     replayed = load_series(run_dir)
     noise: dict[str, list[float | None]] = {}

@@ -66,6 +66,7 @@ from harness.jsonio import load_json_strict, write_json_atomic
 from harness.recipe import Resolved, overridable_keys, parse_override
 from harness.record import MARKER, utc_now
 from harness.statefile import check_regular, load_state, restore_like, save_state
+from harness.runtime.spec import RunSpec, set_args
 
 CKPT_DIR = "checkpoints"
 COMPLETE = "COMPLETE"
@@ -437,7 +438,7 @@ def ckpt_resume_check(res: Resolved, workdir: Path, steps: int, *, nproc: int = 
                            fix="give --steps 2 or more")
     half = steps // 2
     given = [o for o in res.overrides if "source" not in o]
-    sets = [f"{o['key']}={json.dumps(o['value'])}" for o in given if o["key"] != "trainer.save_freq"]
+    sets = set_args([o for o in given if o["key"] != "trainer.save_freq"])
     workdir.mkdir(parents=True, exist_ok=True)
     save_freq = next((o["value"] for o in given if o["key"] == "trainer.save_freq"), None)
     if save_freq is None:
@@ -448,11 +449,12 @@ def ckpt_resume_check(res: Resolved, workdir: Path, steps: int, *, nproc: int = 
             print(f"notice: two checkpoints of ~{size / 1e9:.0f} GB would not fit in the {free / 1e9:.0f} GB free "
                   f"under {workdir}: the run keeps only the checkpoint SIGTERM writes (trainer.save_freq=-1)",
                   file=sys.stderr)
-    base = [str(Path(res.path).resolve()), "--profile", res.profile_name, "--scale", res.scale, "--steps",
-            str(steps), "--stage", "train", "--quiet"] + [a for s in sets for a in ("--set", s)]
-    base += ["--runtime", "torchrun", "--nproc-per-node", str(nproc)] if nproc > 1 else ["--runtime", "local"]
-    saving = [*base, "--set", f"trainer.save_freq={save_freq}"]
+    spec = RunSpec(str(Path(res.path).resolve()), res.profile_name, res.scale, steps=steps, overrides=sets,
+                   stage="train", quiet=True, runtime="torchrun" if nproc > 1 else "local",
+                   extra=("--nproc-per-node", str(nproc)) if nproc > 1 else ())
+    saving = spec.with_(overrides=(*sets, f"trainer.save_freq={save_freq}"))
     straight, resumed = workdir / "straight", workdir / "resumed"
+    straight_spec = spec.with_(overrides=(*sets, "trainer.save_freq=-1"), out=str(straight))
     for d in (straight, resumed):
         shutil.rmtree(d, ignore_errors=True)
 
@@ -462,10 +464,10 @@ def ckpt_resume_check(res: Resolved, workdir: Path, steps: int, *, nproc: int = 
             raise HarnessError(f"ckpt-resume: the {what} run exited {proc.returncode}: {tail}", file=str(workdir),
                                fix="run the same `harness run` by hand to see why", exit_code=EXIT_FINDINGS)
 
-    must(_harness([*base, "--set", "trainer.save_freq=-1", "--out", str(straight)], {}, timeout_s), "straight")
-    must(_harness([*saving, "--out", str(resumed)], {"HARNESS_STOP_AFTER_STEP": str(half)}, timeout_s),
+    must(_harness(straight_spec.run_args(), {}, timeout_s), "straight")
+    must(_harness(saving.with_(out=str(resumed)).run_args(), {"HARNESS_STOP_AFTER_STEP": str(half)}, timeout_s),
          "interrupted", (128 + int(signal.SIGTERM),))
-    must(_harness([*saving, "--resume", str(resumed)], {}, timeout_s), "resumed")
+    must(_harness(saving.with_(resume=str(resumed)).run_args(), {}, timeout_s), "resumed")
     mismatch = metric_mismatch(read_metrics(straight / "metrics.jsonl"), read_metrics(resumed / "metrics.jsonl"))
     return {"pass": mismatch is None, "steps": steps, "first_mismatch": mismatch, "straight": str(straight),
             "resumed": str(resumed), "save_freq": save_freq}

@@ -69,12 +69,10 @@ def run_one(recipe: str, profile: str, args: argparse.Namespace) -> dict[str, An
 
         shutil.rmtree(run_dir)  # the gate owns <out>/<recipe>/: a previous gate's run is replaced
     from harness.runtime.child import harness_run
+    from harness.runtime.spec import RunSpec
 
-    cmd = [recipe, "--profile", profile, "--scale", args.scale, "--out", str(run_dir), "--runtime", args.runtime,
-           "--quiet"]
-    if args.steps:
-        cmd += ["--steps", str(args.steps)]
-    cmd += ["--baseline", str(bpath)]
+    cmd = RunSpec(recipe, profile, args.scale, out=str(run_dir), steps=args.steps, runtime=args.runtime, quiet=True,
+                  baseline=str(bpath)).run_args()
     print(f"gate: {recipe} ...", file=sys.stderr, flush=True)
     proc = harness_run(cmd, capture_output=True)
     vpath = run_dir / "verdict.json"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.errors import EXIT_FINDINGS, HarnessError
 from harness.recipe import Resolved
+from harness.runtime.spec import RunSpec
 
 
 def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[str, str | None]:
@@ -46,16 +47,10 @@ def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime:
         from harness.runtime.docker import recipe_target, run_in_docker
 
         recipe_file = Path(res.path).resolve()
-        inner = ["run", recipe_target(recipe_file), "--profile", res.profile_name, "--scale", res.scale,
-                 "--out", "/run-dir", "--runtime", "local", "--stage", "train"]
-        if args.steps:
-            inner += ["--steps", str(args.steps)]
-        for o in args.overrides:
-            inner += ["--set", o]
-        if args.quiet:
-            inner.append("--quiet")
-        if getattr(args, "resume", None) is not None:
-            inner += ["--resume", "/run-dir"]
+        resumed = getattr(args, "resume", None) is not None
+        inner = ["run", *RunSpec(recipe_target(recipe_file), res.profile_name, res.scale, out="/run-dir",
+                                 steps=args.steps, overrides=tuple(args.overrides), runtime="local",
+                                 stage="train", quiet=args.quiet, resume="/run-dir" if resumed else None).run_args()]
         env = {k: os.environ[k] for k in ("HARNESS_FAULT",) if k in os.environ}
         code = run_in_docker(inner, image=image or "", run_dir=run_dir.absolute(), recipe_file=recipe_file,
                              devices=res.config["trainer"]["device"],

@@ -30,7 +30,8 @@ def cpu_world(res: Resolved, nproc: int) -> Resolved:
 
 
 @record
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """A rank's arguments (built by :meth:`harness.runtime.spec.RunSpec.rank_args`)."""
     p = argparse.ArgumentParser(prog="harness.runtime.rank")
     p.add_argument("recipe")
     p.add_argument("--profile", required=True)
@@ -40,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--resume", action="store_true", help="continue the run in --out (harness.checkpoint)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     from harness.checkpoint import Interrupted, resume_overrides
     from harness.core.parallel import distributed, shutdown
     from harness.runner import train

@@ -12,7 +12,6 @@ into the run's manifest and reported in one line. ``--resume`` reaches the ranks
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shlex
@@ -29,6 +28,7 @@ from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomi
 from harness.paths import RECIPES_DIR
 from harness.recipe import Resolved
 from harness.record import MARKER, utc_now
+from harness.runtime.spec import RunSpec, set_args
 
 
 def _free_port() -> int:
@@ -62,17 +62,12 @@ def torchrun_command(res: Resolved, args: argparse.Namespace, run_dir: Path, lay
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={layout['nnodes']}",
            f"--nproc-per-node={layout['nproc']}", f"--node-rank={layout['node_rank']}", "--rdzv-backend=c10d",
            f"--rdzv-endpoint={layout['endpoint']}", f"--rdzv-id={run_dir.name}", "--max-restarts=0",
-           "--monitor-interval=1", "-m", "harness.runtime.rank", str(Path(res.path).resolve()),
-           "--profile", res.profile_name, "--scale", res.scale, "--out", str(run_dir)]
-    if getattr(args, "steps", None):
-        cmd += ["--steps", str(args.steps)]
-    for o in getattr(args, "overrides", []) or []:
-        cmd += ["--set", o]
-    if getattr(args, "quiet", False):
-        cmd.append("--quiet")
-    if getattr(args, "resume", None) is not None:
-        cmd.append("--resume")  # continue the run in --out
-    return cmd
+           "--monitor-interval=1", "-m", "harness.runtime.rank"]
+    spec = RunSpec(str(Path(res.path).resolve()), res.profile_name, res.scale, out=str(run_dir),
+                   steps=getattr(args, "steps", None), overrides=tuple(getattr(args, "overrides", []) or []),
+                   quiet=bool(getattr(args, "quiet", False)),
+                   resume=str(run_dir) if getattr(args, "resume", None) is not None else None)
+    return cmd + spec.rank_args()  # --resume: continue the run in --out
 
 
 _FAIL = re.compile(r"^\s*rank\s*:\s*(\d+)\b.*\n\s*exitcode\s*:\s*(-?\d+)", re.M)
@@ -193,11 +188,8 @@ def sbatch_script(res: Resolved, *, steps: int | None, out: str, partition: str 
         lines.append(f"#SBATCH --partition={partition}")
     shipped = RECIPES_DIR / f"{res.name}.json"
     recipe = res.name if shipped.is_file() and shipped.resolve() == Path(res.path).resolve() else str(res.path)
-    args = [recipe, "--profile", res.profile_name, "--scale", res.scale] + (["--steps", str(steps)] if steps else [])
-    for o in res.overrides:
-        if "source" not in o:  # the --set overrides (scale / profile patches come from the recipe itself)
-            args += ["--set", f"{o['key']}={json.dumps(o['value'])}"]
-    args += ["--runtime", "torchrun", "--out", out, "--stage", "train"]
+    args = RunSpec(recipe, res.profile_name, res.scale, out=out, steps=steps, overrides=set_args(res.overrides),
+                   runtime="torchrun", stage="train").run_args()
     inner = "NODE_RANK=$SLURM_NODEID harness run " + " ".join(shlex.quote(a) for a in args)
     lines += [
         "set -euo pipefail",
