@@ -21,13 +21,18 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_BASE = "https://harness.invalid/schemas/v1/"
 
 # Registered names the schema enums must equal (a test checks them against the registries).
-ADV_ESTIMATORS = ["grpo", "rloo"]
-POLICY_LOSSES = ["vanilla"]
-KL_KINDS = ["abs", "k1", "k2", "k3", "kl", "low_var_kl", "mse"]
-AGG_MODES = ["seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-mean", "token-sum"]
-REWARDS = ["exact_boxed", "format_only", "geo3k"]
-TASKS = ["add", "color", "count", "digit", "longer", "text_choice"]
 FAMILIES = ["qwen3", "qwen3_moe", "qwen3_vl_moe"]
+
+
+def registered(kind: str) -> list[str]:
+    """The names registered for ``kind`` (the schema's enums follow the registries; imported only when a
+    schema is built, so reading this module stays light)."""
+    from harness.core import algos, reward, tasks
+
+    names = {"adv_estimator": algos.ADV_ESTIMATOR_REGISTRY.names(), "policy_loss": algos.POLICY_LOSS_REGISTRY.names(),
+             "kl": algos.KL_REGISTRY.names(), "agg_mode": algos.AGG_MODES, "reward": reward.reward_names(),
+             "task": tasks.task_names()}
+    return sorted(names[kind])
 PROFILE_NAME = r"^[a-z0-9][a-z0-9.-]*$"
 
 
@@ -193,7 +198,7 @@ def _model() -> dict[str, Any]:
 
 def _data() -> dict[str, Any]:
     synthetic = obj("Seeded synthetic visual/text reasoning data in geo3k's format (used when train_files is null).", {
-        "tasks": array("Task generators, round-robin.", {"type": "string", "enum": TASKS}, min_items=1),
+        "tasks": array("Task generators, round-robin.", {"type": "string", "enum": registered("task")}, min_items=1),
         "train_size": integer("Training examples.", 1, MAX_EXAMPLES, override=True),
         "val_size": integer("Held-out validation examples.", 1, MAX_EXAMPLES, override=True),
         "image_size": integer("Image side in pixels (multiple of 16).", 16, MAX_IMAGE_SIDE),
@@ -261,12 +266,13 @@ def _actor() -> dict[str, Any]:
         "clip_ratio_low": number("PPO clip below 1.", 0, 1, override=True),
         "clip_ratio_high": number("PPO clip above 1.", 0, override=True),
         "clip_ratio_c": number("Dual-clip constant (> 1).", exclusive_min=1, override=True),
-        "loss_agg_mode": string("How token losses become one number.", enum=AGG_MODES),
+        "loss_agg_mode": string("How token losses become one number.", enum=registered("agg_mode")),
         "entropy_coeff": number("Entropy bonus coefficient.", 0, override=True),
         "use_kl_loss": boolean("Add KL to the reference model to the actor loss."),
         "kl_loss_coef": number("KL loss coefficient.", 0, override=True),
-        "kl_loss_type": string("KL estimator.", enum=KL_KINDS),
-        "policy_loss": obj("Policy loss choice.", {"loss_mode": string("Registered policy loss.", enum=POLICY_LOSSES)}),
+        "kl_loss_type": string("KL estimator.", enum=registered("kl")),
+        "policy_loss": obj("Policy loss choice.",
+                           {"loss_mode": string("Registered policy loss.", enum=registered("policy_loss"))}),
         "veomni": veomni,
     })
 
@@ -338,10 +344,10 @@ def _recipe_props() -> dict[str, Any]:
         }), "type": ["object", "null"]},
         "data": _data(),
         "algorithm": obj("Advantage estimation (verl algorithm.*).", {
-            "adv_estimator": string("Registered advantage estimator.", enum=ADV_ESTIMATORS),
+            "adv_estimator": string("Registered advantage estimator.", enum=registered("adv_estimator")),
             "norm_adv_by_std_in_grpo": boolean("Divide by the group std (false = Dr.GRPO)."),
             "use_kl_in_reward": boolean("KL penalty in the reward (not supported by GRPO here: must be false)."),
-            "kl_penalty": string("KL estimator for an in-reward penalty.", enum=KL_KINDS),
+            "kl_penalty": string("KL estimator for an in-reward penalty.", enum=registered("kl")),
             "kl_ctrl": obj("In-reward KL controller.", {
                 "type": string("Controller.", enum=["fixed"]),
                 "kl_coef": number("In-reward KL coefficient.", 0, override=True),
@@ -369,7 +375,7 @@ def _recipe_props() -> dict[str, Any]:
             "path": code_path("File defining the reward function."),
             "name": string("Function name.", nullable=True),
         }),
-        "reward": obj("Rule-based reward.", {"name": string("Registered reward function.", enum=REWARDS)}),
+        "reward": obj("Rule-based reward.", {"name": string("Registered reward function.", enum=registered("reward"))}),
         "trainer": obj("Run length, devices, checkpoints (verl trainer.*).", {
             "device": string("Device kind.", enum=["cpu", "cuda", "npu"]),
             "nnodes": integer("Nodes.", 1),

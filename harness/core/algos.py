@@ -49,6 +49,8 @@ from typing import Protocol, TypeVar
 import torch
 from torch import Tensor
 
+from harness.registry import Registry
+
 __all__ = [
     "ADV_ESTIMATORS", "ADV_ESTIMATOR_REGISTRY", "AGG_MODES", "KL_KINDS", "KL_REGISTRY",
     "POLICY_LOSSES", "POLICY_LOSS_REGISTRY", "AdvEstimatorFn", "KLFn", "PolicyLossFn",
@@ -99,70 +101,42 @@ KLFn = Callable[[Tensor, Tensor], Tensor]
 
 _F = TypeVar("_F")
 
-ADV_ESTIMATOR_REGISTRY: dict[str, AdvEstimatorFn] = {}
-POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
-KL_REGISTRY: dict[str, KLFn] = {}
+ADV_ESTIMATOR_REGISTRY: Registry[AdvEstimatorFn] = Registry("advantage estimator",
+                                                           key_path="algorithm.adv_estimator")
+POLICY_LOSS_REGISTRY: Registry[PolicyLossFn] = Registry("policy loss",
+                                                     key_path="actor_rollout_ref.actor.policy_loss.loss_mode")
+KL_REGISTRY: Registry[KLFn] = Registry("KL penalty kind")  # actor.kl_loss_type and algorithm.kl_penalty
 
 
 # --------------------------------------------------------------------------- registries
-
-
-def _registrar(registry: dict[str, _F], what: str, names: tuple[str, ...]) -> Callable[[_F], _F]:
-    if not names:
-        raise ValueError(f"register a {what} under at least one name")
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{what} names must be non-empty strings, got {name!r}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"{what} names repeat: {names!r}")
-
-    def decorator(fn: _F) -> _F:
-        for name in names:
-            if name in registry:
-                raise ValueError(f"{what} {name!r} is already registered")
-        for name in names:
-            registry[name] = fn
-        return fn
-
-    return decorator
-
-
-def _lookup(registry: dict[str, _F], what: str, name: str) -> _F:
-    try:
-        return registry[name]
-    except (KeyError, TypeError):
-        valid = ", ".join(sorted(registry))
-        raise ValueError(f"unknown {what} {name!r}; valid names: {valid}") from None
-
-
 def register_adv_estimator(name: str, *aliases: str) -> Callable[[_F], _F]:
     """Decorator: register an :class:`AdvEstimatorFn` under ``name`` (and ``aliases``)."""
-    return _registrar(ADV_ESTIMATOR_REGISTRY, "advantage estimator", (name, *aliases))
+    return ADV_ESTIMATOR_REGISTRY.register(name, *aliases)  # type: ignore[return-value]
 
 
 def register_policy_loss(name: str, *aliases: str) -> Callable[[_F], _F]:
     """Decorator: register a :class:`PolicyLossFn` under ``name`` (and ``aliases``)."""
-    return _registrar(POLICY_LOSS_REGISTRY, "policy loss", (name, *aliases))
+    return POLICY_LOSS_REGISTRY.register(name, *aliases)  # type: ignore[return-value]
 
 
 def register_kl(name: str, *aliases: str) -> Callable[[_F], _F]:
     """Decorator: register a :data:`KLFn` under ``name`` (and ``aliases``)."""
-    return _registrar(KL_REGISTRY, "KL penalty kind", (name, *aliases))
+    return KL_REGISTRY.register(name, *aliases)  # type: ignore[return-value]
 
 
 def get_adv_estimator(name: str) -> AdvEstimatorFn:
     """The advantage estimator registered as ``name``; ``ValueError`` lists valid names."""
-    return _lookup(ADV_ESTIMATOR_REGISTRY, "advantage estimator", name)
+    return ADV_ESTIMATOR_REGISTRY.lookup(name)
 
 
 def get_policy_loss(name: str) -> PolicyLossFn:
     """The policy loss registered as ``name``; ``ValueError`` lists valid names."""
-    return _lookup(POLICY_LOSS_REGISTRY, "policy loss", name)
+    return POLICY_LOSS_REGISTRY.lookup(name)
 
 
 def get_kl(name: str) -> KLFn:
     """The KL penalty registered as ``name``; ``ValueError`` lists valid names."""
-    return _lookup(KL_REGISTRY, "KL penalty kind", name)
+    return KL_REGISTRY.lookup(name)
 
 
 # --------------------------------------------------------------------------- masks

@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable
 
-from harness.errors import HarnessError
+from harness.registry import Registry
 
 FORMAT_PATTERN = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)
 BOXED = "\\boxed{"
@@ -28,31 +28,20 @@ class RewardResult:
 
 
 RewardFn = Callable[[str, str], RewardResult]
-_REWARDS: dict[str, RewardFn] = {}
+_REWARDS: Registry[RewardFn] = Registry("reward", key_path="reward.name")
 
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
     """Decorator registering ``fn(response, ground_truth) -> RewardResult`` under ``name``."""
-
-    def deco(fn: RewardFn) -> RewardFn:
-        if name in _REWARDS:
-            raise ValueError(f"reward {name!r} is already registered")
-        _REWARDS[name] = fn
-        return fn
-
-    return deco
+    return _REWARDS.register(name)
 
 
 def reward_names() -> list[str]:
-    return sorted(_REWARDS)
+    return list(_REWARDS.names())
 
 
 def get_reward(name: str) -> RewardFn:
-    if name not in _REWARDS:
-        raise HarnessError(
-            f"unknown reward {name!r}", key_path="reward.name", fix=f"use one of: {', '.join(reward_names())}"
-        )
-    return _REWARDS[name]
+    return _REWARDS.lookup(name)
 
 
 def compute_reward(name: str, response: str, ground_truth: str) -> RewardResult:

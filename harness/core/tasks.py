@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from harness.errors import HarnessError
+from harness.registry import Registry
 
 INSTRUCTION = "Think step by step inside <think></think>, then give the final answer in \\boxed{}."
 SYNTHETIC_PREFIX = "synthetic/"
@@ -44,7 +44,7 @@ class TaskSpec:
     vision: bool
 
 
-_TASKS: dict[str, TaskSpec] = {}
+_TASKS: Registry[TaskSpec] = Registry("synthetic task", key_path="data.synthetic.tasks")
 
 
 def register_task(
@@ -53,26 +53,18 @@ def register_task(
     """Decorator registering a synthetic task generator under ``name`` (duplicates are a ValueError)."""
 
     def deco(fn: Callable[[np.random.Generator, int], Example]) -> Callable[[np.random.Generator, int], Example]:
-        if name in _TASKS:
-            raise ValueError(f"synthetic task {name!r} is already registered")
-        _TASKS[name] = TaskSpec(name, fn, tuple(choices), thought, vision)
+        _TASKS.register(name)(TaskSpec(name, fn, tuple(choices), thought, vision))
         return fn
 
     return deco
 
 
 def task_names() -> list[str]:
-    return sorted(_TASKS)
+    return list(_TASKS.names())
 
 
 def get_task(name: str) -> TaskSpec:
-    if name not in _TASKS:
-        raise HarnessError(
-            f"unknown synthetic task {name!r}",
-            key_path="data.synthetic.tasks",
-            fix=f"use one of: {', '.join(task_names())}",
-        )
-    return _TASKS[name]
+    return _TASKS.lookup(name)
 
 
 def task_of(example: Example) -> str | None:

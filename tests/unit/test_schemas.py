@@ -18,13 +18,19 @@ def test_committed_schemas_are_up_to_date() -> None:
         Draft202012Validator.check_schema(json.loads(committed))
 
 
-def test_enums_match_the_registries() -> None:
-    assert schema_defs.ADV_ESTIMATORS == sorted(algos.ADV_ESTIMATORS)
-    assert schema_defs.POLICY_LOSSES == sorted(algos.POLICY_LOSSES)
-    assert schema_defs.KL_KINDS == sorted(algos.KL_KINDS)
-    assert schema_defs.AGG_MODES == sorted(algos.AGG_MODES)
-    assert schema_defs.REWARDS == sorted(reward.reward_names())
-    assert schema_defs.TASKS == sorted(tasks.task_names())
+def test_enums_come_from_the_registries() -> None:
+    """A newly registered estimator (or reward, task, KL kind) appears in the schema with no other edit."""
+    props = schema_defs.recipe_schema(False)["properties"]
+    assert props["algorithm"]["properties"]["adv_estimator"]["enum"] == sorted(algos.ADV_ESTIMATORS)
+    assert props["reward"]["properties"]["name"]["enum"] == sorted(reward.reward_names())
+    try:
+        algos.register_adv_estimator("test_only_estimator")(algos.grpo_advantages)
+        props = schema_defs.recipe_schema(False)["properties"]
+        assert "test_only_estimator" in props["algorithm"]["properties"]["adv_estimator"]["enum"]
+    finally:
+        algos.ADV_ESTIMATOR_REGISTRY.pop("test_only_estimator", None)
+    assert schema_defs.registered("task") == sorted(tasks.task_names())
+    assert schema_defs.registered("kl") == sorted(algos.KL_KINDS)
 
 
 def test_every_field_is_described() -> None:
