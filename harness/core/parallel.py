@@ -32,9 +32,10 @@ def collective_timeout_s() -> float:
     return float(os.environ.get("HARNESS_COLLECTIVE_TIMEOUT_S", "300"))
 
 
-def init_distributed(device_type: str) -> Dist:
-    """Join the torchrun job (env:// rendezvous) and return this rank's :class:`Dist`."""
-    backend = BACKENDS[device_type]
+def init_distributed(device_type: str, backend: str | None = None) -> Dist:
+    """Join the torchrun job (env:// rendezvous) with ``backend`` (the hardware profile's
+    ``collective_backend``; by default the device type's) and return this rank's :class:`Dist`."""
+    backend = backend or BACKENDS[device_type]
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=_dt.timedelta(seconds=collective_timeout_s()))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -53,9 +54,9 @@ def init_distributed(device_type: str) -> Dist:
     return Dist(rank=rank, world=world, all_reduce=all_reduce, all_gather_objects=all_gather_objects)
 
 
-def distributed(cfg: dict[str, Any]) -> Dist:
+def distributed(cfg: dict[str, Any], backend: str | None = None) -> Dist:
     """Join the job and attach FSDP2 sharding (gradients averaged by FSDP → backward × world)."""
-    d = init_distributed(cfg["trainer"]["device"])
+    d = init_distributed(cfg["trainer"]["device"], backend)
     return replace(d, wrap=fsdp_wrapper(cfg, d.world), grad_scale=float(d.world))
 
 

@@ -29,7 +29,6 @@ def cpu_world(res: Resolved, nproc: int) -> Resolved:
     return replace(res, config=cfg, overrides=[*res.overrides, note])
 
 
-@record
 def parser() -> argparse.ArgumentParser:
     """A rank's arguments (built by :meth:`harness.runtime.spec.RunSpec.rank_args`)."""
     p = argparse.ArgumentParser(prog="harness.runtime.rank")
@@ -44,6 +43,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@record
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from harness.checkpoint import Interrupted, resume_overrides
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     nproc = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     sets = resume_overrides(args.out, args.overrides) if args.resume else args.overrides
     res = cpu_world(resolve(args.recipe, args.profile, args.scale, tuple(sets)), nproc)
-    dist = distributed(res.config)
+    dist = distributed(res.config, res.profile["collective_backend"])
     try:
         train(res, args.out, steps=args.steps, runtime="torchrun", progress=not args.quiet, dist=dist,
               local_rank=int(os.environ.get("LOCAL_RANK", "0")), resume=args.overrides if args.resume else None)
