@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness import stats
+from harness.registry import Registry
 from harness.baseline import metric_tiers, quantile, stat_spec, statistical_window, steady, window_mean
 
 
@@ -74,17 +75,13 @@ class Context:
 
 
 TierFn = Callable[[Context], list[Check]]
-TIERS: dict[str, TierFn] = {}
+TIERS: Registry[TierFn] = Registry("tier", key_path="--tier")
 TIER_ORDER = ("exact", "replay", "band", "statistical")  # strictest first
 
 
 def tier(name: str) -> Callable[[TierFn], TierFn]:
-    def deco(fn: TierFn) -> TierFn:
-        if name in TIERS:
-            raise ValueError(f"tier '{name}' is registered twice")
-        TIERS[name] = fn
-        return fn
-    return deco
+    """Decorator: register a tier's checks under ``name`` (a name twice is a ValueError)."""
+    return TIERS.register(name)
 
 
 def fmt(x: float | None) -> str:

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.registry import Registry
+
 SEVERITIES = ("error", "warning")
 
 
@@ -68,7 +70,7 @@ class Rule:
     fn: RuleFn
 
 
-RULES: dict[str, Rule] = {}
+RULES: Registry[Rule] = Registry("safety rule")
 
 
 def register_rule(rule_id: str, severity: str, summary: str) -> Callable[[RuleFn], RuleFn]:
@@ -77,9 +79,7 @@ def register_rule(rule_id: str, severity: str, summary: str) -> Callable[[RuleFn
         raise ValueError(f"severity must be one of {SEVERITIES}, got {severity!r}")
 
     def deco(fn: RuleFn) -> RuleFn:
-        if rule_id in RULES:
-            raise ValueError(f"safety rule '{rule_id}' is already registered")
-        RULES[rule_id] = Rule(rule_id, severity, summary, fn)
+        RULES.register(rule_id)(Rule(rule_id, severity, summary, fn))
         return fn
 
     return deco

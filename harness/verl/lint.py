@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.registry import Registry
 from harness.safety import RULES, Finding, RuleContext, run_rules
 from harness.safety import rules as _shared_rules  # noqa: F401  (registers the shared rules first)
 from harness.verl.bashparse import Arg, Evaluation, Invocation, ScriptError, evaluate_script
@@ -37,13 +38,14 @@ class LintRule:
     summary: str
 
 
-LINT_RULES: dict[str, LintRule] = {}
+LINT_RULES: Registry[LintRule] = Registry("launcher lint rule")
 
 
 def lint_rule(rule_id: str, severity: str, summary: str) -> None:
-    if rule_id in LINT_RULES or rule_id in RULES:
-        raise ValueError(f"rule '{rule_id}' is already registered")
-    LINT_RULES[rule_id] = LintRule(rule_id, severity, summary)
+    """Register a launcher-only rule (an id the safety rules hold already is a ValueError too)."""
+    if rule_id in RULES:
+        raise ValueError(f"rule '{rule_id}' is already registered (a safety rule)")
+    LINT_RULES.register(rule_id)(LintRule(rule_id, severity, summary))
 
 
 lint_rule("argument-pass-through", "error",

@@ -1,6 +1,7 @@
 """The certificates published in ``certificates/`` verify against this checkout, and an edit is caught.
 
-A published certificate binds its inputs (suite, profile, recipes, baselines) by digest: changing one
+A published certificate binds its inputs (suite, profile, recipes, baselines and the software locks:
+``constraints.txt``, ``images/*/*.lock``) by digest: changing one
 of them without re-certifying fails here, on purpose (re-certify with ``bench/gpu_campaign.sh certify``
 on the profile's hardware, or withdraw the certificate).
 """
