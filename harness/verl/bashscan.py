@@ -42,6 +42,7 @@ def skip_ansi(src: str, i: int) -> int:
 
 
 def skip_double(src: str, i: int) -> int:
+    """``"..."`` starting at the opening quote; a ``$`` right before the closing quote is a literal ``$``."""
     j = i + 1
     while j < len(src):
         c = src[j]
@@ -50,7 +51,7 @@ def skip_double(src: str, i: int) -> int:
         elif c == '"':
             return j + 1
         elif c == "$":
-            j = skip_dollar(src, j)
+            j = j + 1 if src.startswith('"', j + 1) else skip_dollar(src, j)
         elif c == "`":
             j = skip_backtick(src, j)
         else:
@@ -195,7 +196,7 @@ class Scanner:
             if c == "'":
                 i = skip_single(src, i)
             elif c == '"':
-                i = self._double(i)
+                i = skip_double(self.src, i)
             elif c == "`":
                 i = skip_backtick(src, i)
             elif c == "$":
@@ -317,22 +318,6 @@ class Scanner:
                 break
         return i
 
-    def _double(self, i: int) -> int:
-        src = self.src
-        j = i + 1
-        while j < self.n:
-            c = src[j]
-            if c == "\\":
-                j += 2
-            elif c == '"':
-                return j + 1
-            elif c == "$":
-                j = self._dollar(j)
-            elif c == "`":
-                j = skip_backtick(src, j)
-            else:
-                j += 1
-        raise BashSyntaxError("unterminated double quote", i)
 
     def _dollar(self, i: int) -> int:
         src = self.src

@@ -147,6 +147,9 @@ def _values(script: str) -> dict[str, object]:
     ("[ -z \"${N:-}\" ] && N=4\npython3 -m verl.trainer.main_ppo trainer.nnodes=$N", "trainer.nnodes", 4),
     ("T=\"a=1 b=2\"\nread -r X Y <<< \"$T\"\npython3 -m verl.trainer.main_ppo trainer.experiment_name=$Y",
      "trainer.experiment_name", "b=2"),
+    # a `$` right before the closing quote is a literal `$` (it once began a `$"..."` string and ate the script)
+    ("P=\"cost$\"\npython3 -m verl.trainer.main_ppo trainer.project_name=\"$P\"", "trainer.project_name", "cost$"),
+    ("python3 -m verl.trainer.main_ppo trainer.project_name=\"a$\" trainer.nnodes=2", "trainer.project_name", "a$"),
 ])
 def test_static_values(script: str, key: str, value: object) -> None:
     assert _values(script)[key] == value
