@@ -23,9 +23,11 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.cpuload import IDLE_METRIC, OTHERS_METRIC, contended
 from harness.environment import summary
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict
@@ -145,8 +147,56 @@ def window_mean(s: Series, end: int, window: int) -> float | None:
     return math.fsum(vals) / len(vals)
 
 
-def steady(s: Series, warmup: int, end: int | None = None) -> list[float]:
-    return [v for k, v in sorted(s.items()) if k > warmup and (end is None or k <= end) and math.isfinite(v)]
+def steady(s: Series, warmup: int, end: int | None = None, skip: frozenset[int] | set[int] = frozenset()
+           ) -> list[float]:
+    return [v for k, v in sorted(s.items())
+            if k > warmup and (end is None or k <= end) and k not in skip and math.isfinite(v)]
+
+
+def contended_steps(series: dict[str, Series]) -> set[int]:
+    """Steps in which other work took this run's saturated CPUs (:mod:`harness.cpuload`)."""
+    others, idle = series.get(OTHERS_METRIC, {}), series.get(IDLE_METRIC, {})
+    return {k for k, v in others.items() if contended(v, idle.get(k))}
+
+
+@dataclass(frozen=True)
+class SteadySpeed:
+    """A run's steady-step throughput values with the contended steps left out."""
+
+    values: list[float]
+    left_out: int  # contended steady steps
+    others_share: float  # median share of the CPUs other work took in those steps (0 if none)
+
+    @property
+    def judgeable(self) -> bool:
+        """Enough uncontended steps: none was contended, or at least half (and 3) of them were not."""
+        return not self.left_out or len(self.values) >= max(3, (len(self.values) + self.left_out) // 2)
+
+    def why_not(self) -> str:
+        total = len(self.values) + self.left_out
+        return (f"other work took the CPUs in {self.left_out} of {total} steady steps (median "
+                f"{self.others_share:.0%} of this run's CPUs, other processes or the hypervisor's steal)")
+
+
+def steady_speed(series: dict[str, Series], metric: str, warmup: int, end: int | None = None) -> SteadySpeed:
+    busy = contended_steps(series)
+    values = steady(series.get(metric, {}), warmup, end, skip=busy)
+    busy_steady = sorted(k for k in busy if k > warmup and (end is None or k <= end) and k in series.get(metric, {}))
+    others = [series[OTHERS_METRIC][k] for k in busy_steady]
+    return SteadySpeed(values, len(busy_steady), quantile(others, 0.5) if others else 0.0)
+
+
+def reference_speeds(all_series: list[dict[str, Series]], policy: dict[str, Any], steps: int) -> list[list[float]]:
+    """Each run's uncontended steady throughput values for a reference ([] for a run too contended to use)."""
+    speeds = [steady_speed(s, policy["metric"], policy["warmup_steps"]) for s in all_series]
+    if not any(sp.values or sp.left_out for sp in speeds):
+        raise HarnessError(f"no steady steps to measure throughput (runs of {steps} steps, the first "
+                           f"{policy['warmup_steps']} are warm-up)", key_path="--steps", fix="record more steps")
+    usable = [sp.values if sp.judgeable else [] for sp in speeds]
+    if not any(usable):
+        raise HarnessError("no throughput reference: in every run " + speeds[0].why_not(),
+                           fix="record on an idle machine (and without --jobs on the CPU)")
+    return usable
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -254,10 +304,7 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any]
             entry["seed_window_means"] = [m for m in means if m is not None]
         metrics[name] = entry
     tp, mem = policy["throughput"], policy["memory"]
-    tp_seeds = [steady(s.get(tp["metric"], {}), tp["warmup_steps"]) for s in all_series]
-    if not any(tp_seeds):
-        raise HarnessError(f"no steady steps to measure throughput (runs of {steps} steps, the first "
-                           f"{tp['warmup_steps']} are warm-up)", key_path="--steps", fix="record more steps")
+    tp_seeds = reference_speeds(all_series, tp, steps)
     tp_meds = [quantile(v, tp["quantile"]) for v in tp_seeds if v]
     env = summary(prim)
     mem_peaks = [max(s[mem["metric"]].values()) for s in all_series if s.get(mem["metric"])]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.baseline import (THROUGHPUT_METRIC, build_baseline, load_baseline, load_series, quantile, steady,
+from harness.baseline import (build_baseline, load_baseline, load_series, quantile, reference_speeds,
                               throughput_reference)
 from harness.environment import summary
 from harness.errors import HarnessError
@@ -157,9 +157,7 @@ def record_throughput(recipe: str, profile: str, scale: str, *, runs: int, steps
         raise HarnessError("the recipe changed since the baseline was recorded", file=str(out),
                            fix="re-record the whole baseline")
     pol = doc["policy"]["throughput"]
-    per_run = [steady(load_series(d).get(THROUGHPUT_METRIC, {}), pol["warmup_steps"]) for d in dirs]
-    if not all(per_run):
-        raise HarnessError("no steady steps to measure throughput", key_path="--steps", fix="record more steps")
+    per_run = [v for v in reference_speeds([load_series(d) for d in dirs], pol, steps or doc["steps"]) if v]
     ref = throughput_reference(summary(manifest), [v for vals in per_run for v in vals],
                                [quantile(v, pol["quantile"]) for v in per_run], pol["quantile"],
                                manifest["runtime"]["kind"], [load_json_strict(d / "manifest.json") for d in dirs])

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.baseline import DEFAULT_POLICY, MEMORY_METRIC, THROUGHPUT_METRIC, is_timing, load_baseline, load_series
-from harness.baseline import quantile, steady
+from harness.baseline import quantile, steady_speed
 from harness.attest import (load_public_key, open_certificate, sha256_regular, signature_problems,
                             subject_problems)
 from harness.errors import HarnessError
@@ -202,10 +202,15 @@ def numerics_check(entry: dict[str, Any], run_dir: Path, run: str, baseline_path
 
 
 # ----------------------------------------------------------------------------- performance
-def _steady_quantile(series: dict[str, dict[int, float]], metric: str) -> tuple[float | None, int]:
+def _steady_quantile(series: dict[str, dict[int, float]], metric: str) -> tuple[float | None, int, str]:
+    """The policy's quantile over the steady steps with uncontended CPUs, their count, and what was left out."""
     pol = DEFAULT_POLICY["throughput"]
-    vals = steady(series.get(metric, {}), pol["warmup_steps"])
-    return (quantile(vals, pol["quantile"]) if vals else None), len(vals)
+    speed = steady_speed(series, metric, pol["warmup_steps"])
+    if not speed.judgeable:  # measured on a busy machine: no figure, so the check fails and says why
+        return None, 0, f"; not measured: {speed.why_not()}"
+    vals = speed.values
+    note = f" ({speed.left_out} contended steps left out)" if speed.left_out else ""
+    return (quantile(vals, pol["quantile"]) if vals else None), len(vals), note
 
 
 def _qname() -> str:
@@ -216,16 +221,17 @@ def _qname() -> str:
 def perf_checks(entry: dict[str, Any], profile: dict[str, Any], series: dict[str, dict[int, float]],
                 run: str) -> list[dict[str, Any]]:
     out = []
-    tp, n = _steady_quantile(series, THROUGHPUT_METRIC)
+    tp, n, note = _steady_quantile(series, THROUGHPUT_METRIC)
     floor = entry["throughput_floor_tokens_per_s_per_device"]
     out.append(_check(entry, "throughput", run, tp, floor, ">=", "tokens/s/device",
                       f"{THROUGHPUT_METRIC} {_qname()}, {n} steps: "
-                      + (f"{tp:,.1f}" if tp is not None else "no steady steps") + f" vs floor {floor:,.1f}"))
-    mfu, n = _steady_quantile(series, MFU_METRIC)
+                      + (f"{tp:,.1f}" if tp is not None else "no steady steps") + f" vs floor {floor:,.1f}{note}"))
+    mfu, n, note = _steady_quantile(series, MFU_METRIC)
     peak = profile["accelerator"]["peak_bf16_tflops"]
     out.append(_check(entry, "mfu", run, mfu, entry["mfu_floor"], ">=", "fraction of peak",
                       f"{MFU_METRIC} {_qname()} against {peak:g} TFLOP/s per device: "
-                      + (f"{mfu:.5f}" if mfu is not None else "no steady steps") + f" vs floor {entry['mfu_floor']:g}"))
+                      + (f"{mfu:.5f}" if mfu is not None else "no steady steps")
+                      + f" vs floor {entry['mfu_floor']:g}{note}"))
     mem = [v for v in series.get(MEMORY_METRIC, {}).values() if math.isfinite(v)]
     peak_gb = max(mem) if mem else None
     budget = entry["memory_budget_fraction"] * profile["accelerator"]["memory_gb"]

@@ -174,6 +174,8 @@ class Verdict:
             if c.group == "memory":
                 ceil = (c.ref_value or 0) + (c.tolerance or 0)
                 parts.append(f"memory {c.run_value:.2f} GB {'≤' if c.passed else '>'} {ceil:.2f} GB")
+        if not any(c.group == "throughput" for c in self.checks):  # say why, in a word (the notice has the rest)
+            parts += [n.split(":")[0] for n in self.notices if n.startswith("throughput not ")][:1]
         bad = [c for c in self.checks if not c.passed]
         if bad:
             c = bad[0]

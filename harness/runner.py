@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -29,6 +30,7 @@ from harness.core.replay import ReplaySource, replay_storable, save_initial, sav
 from harness.core.device import CALIBRATION_WORKLOAD, numerics_env, resolve_device, set_determinism, speed_index
 from harness.core.trainer import Dist, GRPOTrainer
 from harness.core.warmstart import run_warm_start
+from harness.cpuload import StepLoad
 from harness.errors import HarnessError
 from harness.profiles import probe_machine
 from harness.recipe import Resolved
@@ -250,8 +252,11 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
             if record is not None:
                 record.mlperf.run_start()
             stop.arm()
+            load = StepLoad(own_cpu(dist))
             for step in range(start + 1, total + 1):
+                load.start()
                 metrics = trainer.step(step)
+                metrics.update(load.stop())  # who else used the CPUs meanwhile (judges throughput fairly)
                 if keep_rollouts and trainer.last_rollout is not None:
                     save_step(run_dir, step, *trainer.last_rollout)
                 if fault.get("slowdown"):
@@ -315,6 +320,17 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                                "workload": CALIBRATION_WORKLOAD})
     record.finish("complete")
     return record.manifest
+
+
+def own_cpu(dist: Dist) -> Any:
+    """This run's CPU seconds on this machine: the process's, or the sum over the ranks sharing its host."""
+    if dist.world == 1:
+        return time.process_time
+    host = socket.gethostname()
+
+    def node_sum() -> float:
+        return sum(s for h, s in dist.all_gather_objects((host, time.process_time())) if h == host)
+    return node_sum
 
 
 def torch_threads_note() -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 from harness import stats
 from harness.registry import Registry
-from harness.baseline import metric_tiers, quantile, stat_spec, statistical_window, steady, window_mean
+from harness.baseline import metric_tiers, quantile, stat_spec, statistical_window, steady_speed, window_mean
 
 
 @dataclass
@@ -270,10 +270,16 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
     if ref is None:
         notices.append(why)
         return []
-    vals = steady(ctx.run.get(pol["metric"], {}), pol["warmup_steps"], ctx.upto)
-    if not vals:
+    speed = steady_speed(ctx.run, pol["metric"], pol["warmup_steps"], ctx.upto)
+    vals = speed.values
+    if not vals and not speed.left_out:
         notices.append(f"throughput not checked: no steady steps (the first {pol['warmup_steps']} are warm-up)")
         return []
+    if not speed.judgeable:  # the floor holds for an idle machine: a busy one says nothing about the code
+        notices.append(f"throughput not judged: {speed.why_not()} — re-run on an idle machine")
+        return []
+    if speed.left_out:
+        notices.append(f"throughput over the {len(vals)} steady steps with uncontended CPUs ({speed.why_not()})")
     q = pol.get("quantile", 0.5)
     med, base = quantile(vals, q), ref["value"]
     scale = speed_scale(ctx, ref)  # recorded, not applied: measured too noisy to move a floor (baselines/README)
@@ -285,8 +291,8 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
         notices.append(f"throughput {med:,.0f} tok/s is {med / base:.2f}x the baseline's {base:,.0f}: "
                        "refresh the baseline (record-baseline --throughput-only --force)")
     what = "median" if q == 0.5 else f"p{q * 100:.0f}"
-    speed = f"; this machine's calibrated speed {scale:.2f}x the reference's" if scale else ""
-    detail = (f"{what} {med:,.0f} tok/s over {len(vals)} steady steps vs {base:,.0f} on {ref['device_model']}{speed} "
+    calib = f"; this machine's calibrated speed {scale:.2f}x the reference's" if scale else ""
+    detail = (f"{what} {med:,.0f} tok/s over {len(vals)} steady steps vs {base:,.0f} on {ref['device_model']}{calib} "
               f"({(med / base - 1) * 100:+.1f}%; floor -{tol * 100:.0f}%)")
     return [Check("throughput", pol["metric"], None, med, base, base * tol, ok, len(vals), [], detail)]
 
