@@ -481,8 +481,12 @@ def child(argv: list[str], side: str, extra: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="grpo-bench-") as tmp:
         out = Path(tmp) / f"{side}.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--side", side, "--child-out", str(out), *extra]
-        print(f"== {side}: {' '.join(cmd)}", flush=True)
-        rc = subprocess.run(cmd, check=False).returncode
+        env = dict(os.environ)
+        own_path = os.environ.get(f"BENCH_PYTHONPATH_{side.upper()}")
+        if own_path:  # this side's own packages (e.g. TRL's datasets needs an older huggingface-hub)
+            env["PYTHONPATH"] = own_path
+        print(f"== {side}: {' '.join(cmd)}" + (f" (PYTHONPATH={own_path})" if own_path else ""), flush=True)
+        rc = subprocess.run(cmd, check=False, env=env).returncode
         if rc != 0 or not out.is_file():
             return {"error": f"the {side} side exited with status {rc}"}
         return json.loads(out.read_text())
@@ -568,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(SEED)
     result = run_ours(args, device) if args.side == "ours" else run_trl(args, device)
     if args.child_out:
+        result["versions"] = versions()  # each side's own (their PYTHONPATHs may differ)
         Path(args.child_out).write_text(json.dumps(result))
         return 0
     report(args, device, result if args.side == "ours" else None, result if args.side == "trl" else None)

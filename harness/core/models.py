@@ -187,8 +187,8 @@ def position_ids(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tens
         return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     kwargs = dict(input_ids=input_ids, image_grid_thw=image_grid_thw, video_grid_thw=None,
                   attention_mask=attention_mask)
-    if "mm_token_type_ids" in inspect.signature(inner.get_rope_index).parameters:
-        kwargs["mm_token_type_ids"] = mm_token_type_ids
+    if "mm_token_type_ids" in inspect.signature(inner.get_rope_index).parameters:  # no image: all text (0)
+        kwargs["mm_token_type_ids"] = torch.zeros_like(input_ids) if mm_token_type_ids is None else mm_token_type_ids
     pos, _ = inner.get_rope_index(**kwargs)
     return pos
 

@@ -29,7 +29,7 @@ from harness.core.replay import ReplaySource, replayed_batch
 from harness.core.reward import get_reward
 from harness.core.rollout import RolloutBatch, draw_uniforms, generate
 from harness.core.tokenizer import NON_SAMPLABLE, load_tokenizer, special_token_ids
-from harness.core.update import LossConfig, batched_logprobs, is_on_policy, update_actor
+from harness.core.update import LossConfig, attach_positions, batched_logprobs, is_on_policy, update_actor
 from harness.core.vision import build_image_processor
 from harness.errors import HarnessError
 
@@ -245,6 +245,7 @@ class GRPOTrainer:
         mini = self.actor_cfg["ppo_mini_batch_size"] * n // world
         on_policy = is_on_policy(rb.size, mini, self.actor_cfg["ppo_epochs"])
         t = self._tick()
+        attach_positions(self.models.actor, rb, self.ids["image_pad"])  # once, not per micro-batch and model
         if not on_policy:  # on-policy, the update's own forward gives them
             rb.tensors["old_logp"] = batched_logprobs(
                 self.models.actor, rb, self.rollout_cfg["log_prob_micro_batch_size_per_gpu"] or rb.size, **lp_kw)

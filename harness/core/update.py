@@ -87,6 +87,29 @@ def _is_sharded(model: torch.nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
+POSITIONS = "positions"  # batch.tensors key: the full sequences' positions, (B, L) or (B, 3, L)
+
+
+def full_positions(model: torch.nn.Module, batch: RolloutBatch, inputs: dict[str, Tensor | None]) -> Tensor:
+    """Positions of prompt + response: (B, L), or (3, B, L) multimodal RoPE; from the batch when attached."""
+    cached = batch.tensors.get(POSITIONS)
+    if cached is not None:
+        return cached if cached.dim() == 2 else cached.permute(1, 0, 2)
+    return position_ids(model, inputs["input_ids"], inputs["attention_mask"], inputs["mm_token_type_ids"],
+                        inputs["image_grid_thw"])
+
+
+def attach_positions(model: torch.nn.Module, batch: RolloutBatch, image_pad_id: int) -> None:
+    """Compute the positions once for the whole batch; every sub-batch then selects its rows.
+
+    Qwen3-VL's multimodal RoPE index is a Python loop over rows; the old, reference and update
+    forwards would otherwise each run it for every micro-batch. It is row-wise and integer, so the
+    rows selected from the whole batch are exactly what the sub-batch would compute.
+    """
+    pos = full_positions(model, batch, batch.model_inputs(image_pad_id))
+    batch.tensors[POSITIONS] = pos if pos.dim() == 2 else pos.permute(1, 0, 2)
+
+
 def sequence_logprobs(model: torch.nn.Module, batch: RolloutBatch, *, bias: Tensor, temperature: float,
                       image_pad_id: int, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
     """Log-probs (B, R) of the response tokens (and entropies (B, R)) under ``model``.
@@ -95,8 +118,7 @@ def sequence_logprobs(model: torch.nn.Module, batch: RolloutBatch, *, bias: Tens
     not sharded), the head is applied chunk by chunk (:func:`logprobs_from_hidden`).
     """
     inputs = batch.model_inputs(image_pad_id)
-    pos = position_ids(model, inputs["input_ids"], inputs["attention_mask"], inputs["mm_token_type_ids"],
-                       inputs["image_grid_thw"])
+    pos = full_positions(model, batch, inputs)
     B, R = batch.response_ids.shape
     vocab = bias.shape[-1]
     if B * R * vocab * 4 > LOGIT_CHUNK_BYTES and not _is_sharded(model):

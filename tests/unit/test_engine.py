@@ -138,3 +138,26 @@ def test_chunked_head_logprobs_equal_full_logits(family: str, monkeypatch: pytes
         nograd, none = update.sequence_logprobs(model, rb, bias=bias, temperature=0.7, image_pad_id=IMG)
     assert none is None
     torch.testing.assert_close(nograd, lp0, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen3_vl_moe"])
+def test_positions_attached_once_equal_those_of_every_sub_batch(family: str) -> None:
+    """The multimodal RoPE index computed once for the rollout batch: every sub-batch selects exactly the rows it
+    would compute itself (with the image in another row), so the log-probs are bitwise the same."""
+    from harness.core import update
+
+    model = _model(family)
+    rb = _lp_batch(model, family)
+    bias = banned_bias(V, [IMG, 61, 62, 63], torch.device("cpu"))
+    with torch.no_grad():
+        plain = [update.sequence_logprobs(model, rb.select(idx), bias=bias, temperature=0.7, image_pad_id=IMG)[0]
+                 for idx in ([0, 1], [2], [1, 2])]
+        update.attach_positions(model, rb, IMG)
+        for idx, ref in zip(([0, 1], [2], [1, 2]), plain):
+            sub = rb.select(idx)
+            inputs = sub.model_inputs(IMG)
+            own = update.position_ids(model, inputs["input_ids"], inputs["attention_mask"],
+                                      inputs["mm_token_type_ids"], inputs["image_grid_thw"])
+            assert torch.equal(update.full_positions(model, sub, inputs), own)
+            got = update.sequence_logprobs(model, sub, bias=bias, temperature=0.7, image_pad_id=IMG)[0]
+            assert torch.equal(got, ref)
