@@ -242,7 +242,7 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from harness.core.data import EncodedPrompt, Example
     from harness.core.device import peak_memory_gb, reset_peak_memory
     from harness.core.trainer import GRPOTrainer
-    from harness.core.update import batched_logprobs, is_on_policy, update_actor
+    from harness.core.update import attach_positions, batched_logprobs, head_kind, is_on_policy, update_actor
 
     wl = workload(args, device)
     peak = args.peak_tflops or measure_peak_tflops(device)
@@ -271,6 +271,7 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         scores = even_fraction(rb.response_ids, rb.response_mask)
         adv = adv_fn(scores, rb.group_ids, rb.response_mask, eps=1e-6, norm_by_std=True)
         rb.tensors.update(advantages=adv, scores=scores)
+        attach_positions(actor, rb, tr.ids["image_pad"])  # as the trainer does
         new_tokens.append(int(rb.response_mask.sum()))
         sync(device)
         t2 = time.perf_counter()
@@ -309,7 +310,7 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         "response_tokens_per_step": new_tokens, "exact_length": all(t == B * R for t in new_tokens),
         "settings": {"recipe": source, "update_micro_batch": micro, "logprob_micro_batch": lp_micro,
                      "attn_implementation": tr.models.attn_implementation, "decode_engine": tr.decode_engine,
-                     "old_logprob_forward": not on_policy,
+                     "old_logprob_forward": not on_policy, "logprob_head": head_kind(device),
                      "experts_implementation": getattr(actor.config, "_experts_implementation", None),
                      "gradient_checkpointing": args.gradient_checkpointing, "dtype": wl["dtype"],
                      "optimizer": type(tr.optimizer).__name__, "weight_decay": cfg["actor_rollout_ref"]["actor"]

@@ -62,6 +62,42 @@ def _head_chunk(hidden: Tensor, weight: Tensor, labels: Tensor, bias: Tensor, te
     return (logp, algos.entropy_from_logits(logits)) if with_entropy else (logp,)
 
 
+_COMPILED: dict[bool, Callable[..., tuple[Tensor, ...]]] = {}  # with grad -> compiled chunk
+
+
+def head_kind(device: torch.device) -> str:
+    """``compiled`` on CUDA outside deterministic mode (where Triton is there), else ``eager``.
+
+    The chunk's dozen full-vocabulary float32 passes (upcast, bias, temperature, log-softmax,
+    entropy, and their backward) become a few fused kernels. Deterministic mode keeps the eager
+    kernels: its runs must reproduce baselines recorded with them bit for bit.
+    """
+    if device.type != "cuda" or torch.are_deterministic_algorithms_enabled():
+        return "eager"
+    from torch.utils._triton import has_triton
+
+    return "compiled" if has_triton() else "eager"
+
+
+def _checkpointed_chunk(*args: Any) -> tuple[Tensor, ...]:
+    """A head chunk whose logits are recomputed in the backward rather than kept."""
+    return checkpoint(_head_chunk, *args, use_reentrant=False)
+
+
+def head_chunk_fn(device: torch.device, grad: bool) -> Callable[..., tuple[Tensor, ...]]:
+    """The output-head chunk function (checkpointed with ``grad``) for ``device``, see :func:`head_kind`.
+
+    Compiled once per process; the checkpoint is inside the compiled region (a checkpoint around a
+    compiled function would run it eagerly).
+    """
+    fn = _checkpointed_chunk if grad else _head_chunk
+    if head_kind(device) == "eager":
+        return fn
+    if grad not in _COMPILED:
+        _COMPILED[grad] = torch.compile(fn)
+    return _COMPILED[grad]
+
+
 def logprobs_from_hidden(hidden: Tensor, weight: Tensor, labels: Tensor, *, bias: Tensor, temperature: float,
                          chunk_rows: int, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
     """Log-probs and entropies (B, R) of ``labels`` from hidden states (B, R, H) and the head (V, H).
@@ -71,11 +107,9 @@ def logprobs_from_hidden(hidden: Tensor, weight: Tensor, labels: Tensor, *, bias
     """
     B, R, H = hidden.shape
     flat_h, flat_y = hidden.reshape(B * R, H), labels.reshape(B * R)
-    parts = []
-    for i in range(0, B * R, chunk_rows):
-        args = (flat_h[i:i + chunk_rows], weight, flat_y[i:i + chunk_rows], bias, temperature, with_entropy)
-        parts.append(checkpoint(_head_chunk, *args, use_reentrant=False) if torch.is_grad_enabled()
-                     else _head_chunk(*args))
+    chunk = head_chunk_fn(hidden.device, torch.is_grad_enabled())
+    parts = [chunk(flat_h[i:i + chunk_rows], weight, flat_y[i:i + chunk_rows], bias, temperature, with_entropy)
+             for i in range(0, B * R, chunk_rows)]
     logp = torch.cat([p[0] for p in parts]).reshape(B, R)
     return logp, torch.cat([p[1] for p in parts]).reshape(B, R) if with_entropy else None
 
