@@ -18,6 +18,7 @@ The mask is built here as a 4-D boolean tensor, which transformers passes to the
 from __future__ import annotations
 
 from collections.abc import Callable
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,33 +83,55 @@ class _State:
 
 
 class StaticDecoder:
-    """Prefill eagerly, then decode ``max_new_tokens`` tokens step by step over a static cache."""
+    """Prefill eagerly, then decode ``max_new_tokens`` tokens step by step over a static cache.
 
-    def __init__(self, model: torch.nn.Module, *, prompt_ids: Tensor, prompt_mask: Tensor, pos: Tensor,
-                 next_pos: Tensor, max_new_tokens: int, sampler: Sampler, bias: Tensor, uniforms: Tensor,
-                 eos_id: int, pad_id: int, ignore_eos: bool, logits_dtype: torch.dtype) -> None:
+    Built once per shape (:func:`decoder_for`) and :meth:`load`-ed for every rollout: the cache,
+    the buffers and the captured graph are reused, so a graph is captured once per run, not per
+    step. Loading zeroes the cache and refills every buffer, which is the state a new decoder has.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, batch: int, prompt_len: int, max_new_tokens: int, pos_3d: bool,
+                 vocab: int, device: torch.device, eos_id: int, pad_id: int, ignore_eos: bool,
+                 logits_dtype: torch.dtype) -> None:
         from transformers import StaticCache
 
         self.model = model
-        B, P = prompt_ids.shape
-        R = max_new_tokens
-        dev = prompt_ids.device
+        B, P, R = batch, prompt_len, max_new_tokens
         self.P, self.R = P, R
         self.cache = StaticCache(config=model.config, max_cache_len=P + R)
-        self.sampler, self.bias, self.uniforms = sampler, bias, uniforms
         self.eos_id, self.pad_id, self.ignore_eos = eos_id, pad_id, ignore_eos
-        self.next_pos = next_pos
-        pos_shape = (3, B, 1) if pos.dim() == 3 else (B, 1)
-        key_valid = torch.zeros(B, P + R, dtype=torch.bool, device=dev)
-        key_valid[:, :P] = prompt_mask.bool()
+        self.sampler: Sampler | None = None
+        self.bias = torch.zeros(vocab, dtype=torch.float64, device=device)
+        self.uniforms = torch.zeros((R, B), dtype=torch.float32, device=device)
+        self.next_pos = torch.zeros(B, dtype=torch.long, device=device)
         self.state = _State(
-            tok=torch.full((B, 1), pad_id, dtype=torch.long, device=dev),
-            pos=torch.zeros(pos_shape, dtype=pos.dtype, device=dev), key_valid=key_valid,
-            step=torch.zeros(1, dtype=torch.long, device=dev), alive=torch.ones(B, dtype=torch.bool, device=dev),
-            responses=torch.full((B, R), pad_id, dtype=torch.long, device=dev),
-            resp_mask=torch.zeros((B, R), dtype=torch.long, device=dev),
-            logps=torch.zeros((B, R), dtype=logits_dtype, device=dev))
+            tok=torch.full((B, 1), pad_id, dtype=torch.long, device=device),
+            pos=torch.zeros((3, B, 1) if pos_3d else (B, 1), dtype=torch.long, device=device),
+            key_valid=torch.zeros(B, P + R, dtype=torch.bool, device=device),
+            step=torch.zeros(1, dtype=torch.long, device=device),
+            alive=torch.ones(B, dtype=torch.bool, device=device),
+            responses=torch.full((B, R), pad_id, dtype=torch.long, device=device),
+            resp_mask=torch.zeros((B, R), dtype=torch.long, device=device),
+            logps=torch.zeros((B, R), dtype=logits_dtype, device=device))
         self.graph: Any = None
+
+    def load(self, *, prompt_mask: Tensor, next_pos: Tensor, uniforms: Tensor, bias: Tensor, sampler: Sampler) -> None:
+        """A new rollout's inputs into the fixed buffers (a captured graph reads them there)."""
+        s = self.state
+        self.cache.reset()
+        self.sampler = sampler
+        self.bias.copy_(bias)
+        self.uniforms.copy_(uniforms)
+        self.next_pos.copy_(next_pos)
+        s.tok.fill_(self.pad_id)
+        s.pos.zero_()
+        s.key_valid.zero_()
+        s.key_valid[:, :self.P] = prompt_mask.bool()
+        s.step.zero_()
+        s.alive.fill_(True)
+        s.responses.fill_(self.pad_id)
+        s.resp_mask.zero_()
+        s.logps.zero_()
 
     # ------------------------------------------------------------------ one step
     def _record(self, logits: Tensor) -> None:
@@ -117,6 +140,7 @@ class StaticDecoder:
         step_logits = upcast(logits[:, -1, :])
         step_logits = step_logits + self.bias.to(step_logits.dtype)
         u = self.uniforms.index_select(0, s.step).squeeze(0)  # (B,)
+        assert self.sampler is not None, "load() before stepping"
         tok, lp = self.sampler(step_logits, u)
         tok = torch.where(s.alive, tok, torch.full_like(tok, self.pad_id))
         s.responses.index_copy_(1, s.step, tok[:, None])
@@ -147,6 +171,8 @@ class StaticDecoder:
 
     def capture(self, warmup: int = 2) -> None:
         """Capture one decode step as a CUDA graph (after :meth:`prefill`); warm-up runs leave no trace."""
+        if self.graph is not None:  # captured on an earlier rollout of the same shape: replayed on its buffers
+            return
         saved = [t.clone() for t in self.state.mutable()]
         lengths = [layer.cumulative_length.clone() for layer in self.cache.layers]
         side = torch.cuda.Stream()
@@ -169,7 +195,7 @@ class StaticDecoder:
             layer.cumulative_length.copy_(v)
 
     def run(self, *, run_to_length: bool, check_every: int) -> tuple[Tensor, Tensor, Tensor]:
-        """Steps 1 … R-1; returns (responses, response mask, log-probs)."""
+        """Steps 1 … R-1; returns copies of (responses, response mask, log-probs): the buffers are reused."""
         s = self.state
         for t in range(1, self.R):
             if not run_to_length and not self.ignore_eos and t % check_every == 0 and not bool(s.alive.any()):
@@ -178,4 +204,22 @@ class StaticDecoder:
                 self.graph.replay()
             else:
                 self._step()
-        return s.responses, s.resp_mask, s.logps
+        return s.responses.clone(), s.resp_mask.clone(), s.logps.clone()
+
+
+_DECODERS: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, StaticDecoder]] = weakref.WeakKeyDictionary()
+KEEP_DECODERS = 2  # per model: the training rollout's shape and the validation's
+
+
+def decoder_for(model: torch.nn.Module, key: tuple, **kwargs: Any) -> StaticDecoder:
+    """The decoder of ``model`` for ``key`` (every shape and sampling setting a captured graph bakes in).
+
+    Made on first use and kept (the most recently used :data:`KEEP_DECODERS` per model), so that a
+    run captures its decode graph once instead of once per rollout.
+    """
+    per_model = _DECODERS.setdefault(model, {})
+    dec = per_model.pop(key, None) or StaticDecoder(model, **kwargs)
+    per_model[key] = dec  # most recently used last
+    while len(per_model) > KEEP_DECODERS:
+        per_model.pop(next(iter(per_model)))
+    return dec

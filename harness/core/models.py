@@ -193,6 +193,20 @@ def position_ids(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tens
     return pos
 
 
+_MASKED_POSITION: dict[type, int] = {}
+
+
+def masked_position(model: torch.nn.Module) -> int:
+    """The position multimodal RoPE gives a padding token (transformers versions differ); probed once per class."""
+    cls = type(model)
+    if cls not in _MASKED_POSITION:
+        device = next(model.parameters()).device
+        ids = torch.zeros((1, 2), dtype=torch.long, device=device)
+        mask = torch.tensor([[0, 1]], device=device)
+        _MASKED_POSITION[cls] = int(position_ids(model, ids, mask, None, None)[0, 0, 0])
+    return _MASKED_POSITION[cls]
+
+
 def next_positions(pos: Tensor, attention_mask: Tensor) -> Tensor:
     """Per-row position after the last valid token: (B,) from (B, L) or (3, B, L) positions."""
     p = pos if pos.dim() == 2 else pos.max(dim=0).values

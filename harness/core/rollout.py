@@ -19,8 +19,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from harness.core.decode import StaticDecoder
+from harness.core.decode import decoder_for
 from harness.core.models import forward_logits, next_positions, position_ids, upcast
+
+
+PROMPT_POSITIONS = "prompt_positions"  # tensors key: the prompts' positions (B, P) or (B, 3, P), rows first
 
 
 @dataclass
@@ -137,7 +140,10 @@ def generate(model: torch.nn.Module, prompts: dict[str, Tensor], *, n: int, max_
     seq_grids = [g for g in grids for _ in range(n)]
     seq_groups = [g for g in group_ids for _ in range(n)]
     inputs = _vision_inputs(prompt_ids, prompt_mask, seq_pixels, seq_grids, image_pad_id)
-    pos = position_ids(model, prompt_ids, prompt_mask, inputs["mm_token_type_ids"], inputs["image_grid_thw"])
+    # positions of each distinct prompt, then repeated (row-wise integers: what the n copies would give)
+    once = _vision_inputs(prompts["input_ids"], prompts["attention_mask"], pixels, grids, image_pad_id)
+    pos = position_ids(model, prompts["input_ids"], prompts["attention_mask"], once["mm_token_type_ids"],
+                       once["image_grid_thw"]).repeat_interleave(n, dim=-2)  # (B, P) or (3, B, P)
     next_pos = next_positions(pos, prompt_mask)  # (B,)
 
     def sampler(step_logits: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
@@ -147,17 +153,21 @@ def generate(model: torch.nn.Module, prompts: dict[str, Tensor], *, n: int, max_
         return sample_from_logits(step_logits, temperature=temperature, top_k=top_k, top_p=top_p, uniforms=u)
 
     if engine != "dynamic":
-        dec = StaticDecoder(model, prompt_ids=prompt_ids, prompt_mask=prompt_mask, pos=pos, next_pos=next_pos,
-                            max_new_tokens=max_new_tokens, sampler=sampler, bias=bias, uniforms=uniforms,
-                            eos_id=eos_id, pad_id=pad_id, ignore_eos=ignore_eos,
-                            logits_dtype=upcast(torch.zeros((), dtype=model.dtype)).dtype)
+        B, P = prompt_ids.shape
+        logits_dtype = upcast(torch.zeros((), dtype=model.dtype)).dtype
+        key = (engine, B, P, max_new_tokens, pos.dim() == 3, bias.shape[-1], str(device), logits_dtype, eos_id,
+               pad_id, ignore_eos, greedy, temperature, top_k, top_p)  # what a captured graph bakes in
+        dec = decoder_for(model, key, batch=B, prompt_len=P, max_new_tokens=max_new_tokens, pos_3d=pos.dim() == 3,
+                          vocab=bias.shape[-1], device=device, eos_id=eos_id, pad_id=pad_id, ignore_eos=ignore_eos,
+                          logits_dtype=logits_dtype)
+        dec.load(prompt_mask=prompt_mask, next_pos=next_pos, uniforms=uniforms, bias=bias, sampler=sampler)
         dec.prefill(prompt_ids, prompt_mask, pos, inputs)
         if engine == "graph":
             dec.capture()
         responses, resp_mask, logps = dec.run(run_to_length=run_to_length, check_every=check_every)
         return RolloutBatch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=responses,
                             response_mask=resp_mask, rollout_logp=logps, group_ids=seq_groups, pixels=seq_pixels,
-                            grids=seq_grids)
+                            grids=seq_grids, tensors={PROMPT_POSITIONS: _rows_first(pos)})
 
     B = prompt_ids.shape[0]
     cache = DynamicCache(config=model.config) if _cache_takes_config() else DynamicCache()
@@ -188,7 +198,12 @@ def generate(model: torch.nn.Module, prompts: dict[str, Tensor], *, n: int, max_
         logits, cache = forward_logits(model, input_ids=tok[:, None], attention_mask=attn, pos=step_pos, cache=cache)
     return RolloutBatch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=responses,
                         response_mask=resp_mask, rollout_logp=logps, group_ids=seq_groups, pixels=seq_pixels,
-                        grids=seq_grids)
+                        grids=seq_grids, tensors={PROMPT_POSITIONS: _rows_first(pos)})
+
+
+def _rows_first(pos: Tensor) -> Tensor:
+    """(B, L) as is, (3, B, L) as (B, 3, L): batch tensors are indexed by row on dim 0."""
+    return pos if pos.dim() == 2 else pos.permute(1, 0, 2)
 
 
 def _cache_takes_config() -> bool:

@@ -21,8 +21,9 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from harness.core import algos
-from harness.core.models import forward_hidden, forward_logits, position_ids, upcast
-from harness.core.rollout import RolloutBatch
+from harness.core.models import (forward_hidden, forward_logits, masked_position, next_positions, position_ids,
+                                 upcast)
+from harness.core.rollout import PROMPT_POSITIONS, RolloutBatch
 
 
 @dataclass(frozen=True)
@@ -137,10 +138,21 @@ def attach_positions(model: torch.nn.Module, batch: RolloutBatch, image_pad_id: 
     """Compute the positions once for the whole batch; every sub-batch then selects its rows.
 
     Qwen3-VL's multimodal RoPE index is a Python loop over rows; the old, reference and update
-    forwards would otherwise each run it for every micro-batch. It is row-wise and integer, so the
-    rows selected from the whole batch are exactly what the sub-batch would compute.
+    forwards would otherwise each run it for every micro-batch. A rollout knows its prompts'
+    positions, and a response continues them one text token at a time (as it was sampled), padding
+    at the position the index gives padding; otherwise (a replayed batch) the index runs once here.
+    Row-wise integers either way: tested equal to the index on every sub-batch.
     """
-    pos = full_positions(model, batch, batch.model_inputs(image_pad_id))
+    prompt_pos = batch.tensors.get(PROMPT_POSITIONS)
+    if prompt_pos is not None and prompt_pos.dim() == 3:
+        pp = prompt_pos.permute(1, 0, 2)  # (3, B, P)
+        R = batch.response_ids.shape[1]
+        step = torch.arange(R, device=pp.device, dtype=pp.dtype)
+        resp = (next_positions(pp, batch.prompt_mask)[:, None] + step)[None].expand(3, -1, -1)  # (3, B, R)
+        valid = torch.cat([batch.prompt_mask, batch.response_mask], dim=1).bool()[None]  # (1, B, P + R)
+        pos = torch.where(valid, torch.cat([pp, resp], dim=-1), masked_position(model))
+    else:
+        pos = full_positions(model, batch, batch.model_inputs(image_pad_id))
     batch.tensors[POSITIONS] = pos if pos.dim() == 2 else pos.permute(1, 0, 2)
 
 

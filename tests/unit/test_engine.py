@@ -63,10 +63,11 @@ def _prompts(vlm: bool) -> tuple[dict[str, torch.Tensor], list, list]:
     return {"input_ids": ids, "attention_mask": mask}, pixels, grids
 
 
-def _run(model, engine: str, *, check_every: int = 8, greedy: bool = False, top_k: int = 0, top_p: float = 1.0):
+def _run(model, engine: str, *, check_every: int = 8, greedy: bool = False, top_k: int = 0, top_p: float = 1.0,
+         seed: int = 7):
     prompts, pixels, grids = _prompts(isinstance(model, transformers.Qwen3VLMoeForConditionalGeneration))
     n, R = 2, 12
-    uniforms = draw_uniforms(torch.Generator().manual_seed(7), R, 3 * n, list(range(3 * n)), torch.device("cpu"))
+    uniforms = draw_uniforms(torch.Generator().manual_seed(seed), R, 3 * n, list(range(3 * n)), torch.device("cpu"))
     return generate(model, prompts, n=n, max_new_tokens=R, temperature=1.0, top_k=top_k, top_p=top_p, eos_id=EOS,
                     pad_id=PAD, image_pad_id=IMG, bias=banned_bias(V, [IMG, 61, 62, 63], torch.device("cpu")),
                     uniforms=uniforms, group_ids=[0, 1, 2], pixels=pixels, grids=grids, greedy=greedy,
@@ -84,6 +85,21 @@ def test_static_engine_samples_what_the_dynamic_loop_samples(family: str) -> Non
             assert torch.equal(got.response_ids, ref.response_ids), check_every
             assert torch.equal(got.response_mask, ref.response_mask)
             torch.testing.assert_close(got.rollout_logp, ref.rollout_logp, rtol=0, atol=1e-12)
+
+
+def test_a_reused_static_decoder_keeps_nothing_of_its_last_rollout() -> None:
+    """The decoder (cache, buffers, on CUDA its graph) is kept per shape: rollout after rollout it samples what a
+    fresh dynamic loop samples for that rollout's own uniforms."""
+    from harness.core import decode
+
+    model = _model("qwen3_vl_moe")
+    with torch.no_grad():
+        for seed in (7, 8, 9):
+            ref, got = _run(model, "dynamic", seed=seed), _run(model, "static", seed=seed)
+            assert torch.equal(got.response_ids, ref.response_ids), seed
+            assert torch.equal(got.response_mask, ref.response_mask)
+            torch.testing.assert_close(got.rollout_logp, ref.rollout_logp, rtol=0, atol=1e-12)
+    assert len(decode._DECODERS[model]) == 1, "one shape, one decoder"
 
 
 def test_static_engine_greedy_and_filtered_sampling() -> None:
