@@ -240,7 +240,7 @@ def write_profile(prof: Any, out: Path, step: int) -> None:
 def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from harness.core import algos
     from harness.core.data import EncodedPrompt, Example
-    from harness.core.device import peak_memory_gb, reset_peak_memory
+    from harness.core.device import reset_peak_memory
     from harness.core.trainer import GRPOTrainer
     from harness.core.update import attach_positions, batched_logprobs, head_kind, is_on_policy, update_actor
 
@@ -258,16 +258,26 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     adv_fn = algos.get_adv_estimator("grpo")
     lp_kw = dict(bias=tr.bias, temperature=tr.loss_cfg.temperature, image_pad_id=tr.ids["image_pad"])
     B, R = args.prompts * args.n, args.response_len
-    steps, splits, mems, new_tokens = [], [], [], []
+    steps, splits, mems, new_tokens, phase_mems = [], [], [], [], []
+    cuda = device.type == "cuda"
+
+    def phase_peak() -> float:  # the peak since the last call (GB), then a new window
+        if not cuda:
+            return 0.0
+        peak = torch.cuda.max_memory_allocated(device) / 1e9
+        torch.cuda.reset_peak_memory_stats(device)
+        return peak
     for step in range(args.steps):
         prof = start_profile(device) if step == args.profile_step else None
         reset_peak_memory(device)
+        resident = torch.cuda.memory_allocated(device) / 1e9 if cuda else 0.0
         sync(device)
         t0 = time.perf_counter()
         with phase(prof, "gen"):
             rb = tr.rollout(batch, step=step, n=args.n, sampling=tr.rollout_cfg, ignore_eos=True)
         sync(device)
         t1 = time.perf_counter()
+        pm = {"resident_at_start": resident, "gen": phase_peak()}
         scores = even_fraction(rb.response_ids, rb.response_mask)
         adv = adv_fn(scores, rb.group_ids, rb.response_mask, eps=1e-6, norm_by_std=True)
         rb.tensors.update(advantages=adv, scores=scores)
@@ -282,6 +292,7 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
             rb.tensors["ref_logp"] = batched_logprobs(ref, rb, lp_micro, **lp_kw)
         sync(device)
         t3 = time.perf_counter()
+        pm["logprob"] = phase_peak()
         actor.train()
         with phase(prof, "update"):
             update_actor(actor, tr.optimizer, tr.scheduler, rb, cfg=tr.loss_cfg, mini_size=B, micro_size=micro,
@@ -293,7 +304,9 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
             write_profile(prof, Path(args.out), step)
         steps.append(t4 - t0)
         splits.append({"gen": t1 - t0, "ref_old_logprob": t3 - t2, "update": t4 - t3, "other": t2 - t1})
-        mems.append(peak_memory_gb(device) if device.type == "cuda" else 0.0)
+        pm["update"] = phase_peak()
+        phase_mems.append(pm)
+        mems.append(max(pm["gen"], pm["logprob"], pm["update"]) if cuda else 0.0)
         print(f"[ours] step {step}: {t4 - t0:.3f} s (gen {t1 - t0:.3f}, logprob {t3 - t2:.3f}, "
               f"update {t4 - t3:.3f})", flush=True)
     kept = steady(list(range(len(steps))), args.warmup)
@@ -307,6 +320,7 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         "rollout_new_tok_per_s": B * R / split["gen"],
         "train_mfu": 6 * tr.models.n_active_params * tokens / split["update"] / (peak * 1e12),
         "peak_mem_gb": max(mems) if device.type == "cuda" else None,
+        "peak_mem_gb_by_phase": phase_mems[-1] if cuda else None,  # the last step's, and what it started with
         "response_tokens_per_step": new_tokens, "exact_length": all(t == B * R for t in new_tokens),
         "settings": {"recipe": source, "update_micro_batch": micro, "logprob_micro_batch": lp_micro,
                      "attn_implementation": tr.models.attn_implementation, "decode_engine": tr.decode_engine,

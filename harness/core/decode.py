@@ -101,7 +101,7 @@ class StaticDecoder:
         self.cache = StaticCache(config=model.config, max_cache_len=P + R)
         self.eos_id, self.pad_id, self.ignore_eos = eos_id, pad_id, ignore_eos
         self.sampler: Sampler | None = None
-        self.bias = torch.zeros(vocab, dtype=torch.float64, device=device)
+        self.bias = torch.zeros(vocab, dtype=logits_dtype, device=device)  # in the logits' dtype once, not per step
         self.uniforms = torch.zeros((R, B), dtype=torch.float32, device=device)
         self.next_pos = torch.zeros(B, dtype=torch.long, device=device)
         self.state = _State(
@@ -138,7 +138,7 @@ class StaticDecoder:
         """Sample response token ``step`` from ``logits`` (B, 1, V) and prepare the next forward's inputs."""
         s = self.state
         step_logits = upcast(logits[:, -1, :])
-        step_logits = step_logits + self.bias.to(step_logits.dtype)
+        step_logits = step_logits + self.bias  # (the bias is in the upcast logits' dtype)
         u = self.uniforms.index_select(0, s.step).squeeze(0)  # (B,)
         assert self.sampler is not None, "load() before stepping"
         tok, lp = self.sampler(step_logits, u)

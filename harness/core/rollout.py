@@ -90,7 +90,9 @@ def sample_from_logits(logits: Tensor, *, temperature: float, top_k: int, top_p:
     tokens can be drawn (top_k ≤ 0 and top_p = 1 turn them off). Uniforms drawn for the whole
     global batch make a row's sample independent of how rows are split over ranks.
     """
-    scaled = upcast(logits) / temperature  # (B, V)
+    scaled = upcast(logits)  # (B, V)
+    if temperature != 1.0:  # x / 1 is x exactly: one full-vocabulary pass less per token
+        scaled = scaled / temperature
     logp_all = torch.log_softmax(scaled, dim=-1)
     filtered = scaled
     if top_k and top_k > 0 and top_k < scaled.shape[-1]:
