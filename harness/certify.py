@@ -35,7 +35,7 @@ from harness.baseline import quantile, steady_speed
 from harness.attest import (load_public_key, open_certificate, sha256_regular, signature_problems,
                             subject_problems)
 from harness.errors import HarnessError
-from harness.jsonio import load_json_strict, write_json_atomic
+from harness.jsonio import load_json_strict, write_bytes_atomic, write_json_atomic
 from harness.paths import ROOT, SUITES_DIR
 from harness.schema import check, schema_errors
 
@@ -395,6 +395,24 @@ class Verification:
     signed: bool
     keyids: list[str]
     signature_checked: bool
+    root: Path  # what the inputs were checked against
+
+
+INPUTS_DIR = "inputs"  # beside certificate.json: a copy of every input file, as certified
+
+
+def package_inputs(inputs: list[dict[str, Any]], root: Path, out: Path) -> None:
+    """Copy every input file into ``out/inputs/`` (same relative paths), so the certificate can be verified
+    against the files it was made from long after the repository has moved on."""
+    for item in inputs:
+        if item["path"] is not None:
+            write_bytes_atomic(out / INPUTS_DIR / item["path"], (root / item["path"]).read_bytes())
+
+
+def default_root(cert_path: Path) -> Path:
+    """The certificate's own copy of its inputs when it has one, else this checkout."""
+    packaged = Path(cert_path).resolve().parent / INPUTS_DIR
+    return packaged if packaged.is_dir() else ROOT
 
 
 def verify(cert_path: Path, root: Path | None = None, pubkey: Path | None = None) -> Verification:
@@ -404,7 +422,7 @@ def verify(cert_path: Path, root: Path | None = None, pubkey: Path | None = None
 
     Raises HarnessError (exit 2) when the file is not a certificate or a key is unreadable.
     """
-    root = Path(root) if root else ROOT
+    root = Path(root) if root else default_root(cert_path)
     name = str(cert_path)
     opened = open_certificate(Path(cert_path))
     key = load_public_key(pubkey) if pubkey is not None else None
@@ -412,7 +430,7 @@ def verify(cert_path: Path, root: Path | None = None, pubkey: Path | None = None
         raise HarnessError("repository root not found", file=str(root), key_path="--root", fix="give a checkout")
     doc = opened.statement["predicate"]
     problems = signature_problems(opened, key, name, str(pubkey)) if key is not None else []
-    result = Verification(problems, doc, opened.signed, opened.keyids, key is not None)
+    result = Verification(problems, doc, opened.signed, opened.keyids, key is not None, root)
     errs = schema_errors(doc, "certificate")
     if errs:
         problems += [f"{name}::{ptr}: certificate fails its schema: {msg} (fix: {fix})" for ptr, msg, fix in errs]

@@ -26,7 +26,7 @@ from typing import Any
 from harness import __version__
 from harness.attest import load_signer, sign, statement
 from harness.certify import (CERT_FILE, HTML_FILE, baseline_profile, derive_system, entry_checks, input_digests,
-                             load_suite, rel, result_digests, summarize, system_disagreements)
+                             load_suite, package_inputs, rel, result_digests, summarize, system_disagreements)
 from harness.mlperf import SYSTEM_DESC_FILE, system_description
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
@@ -177,6 +177,7 @@ def execute(args: argparse.Namespace) -> int:
     }
     check(doc, "certificate", str(out / CERT_FILE))
     stmt = statement(doc)
+    package_inputs(doc["inputs"], ROOT, out)  # verifiable against these even after the repository moves on
     write_json_atomic(out / CERT_FILE, sign(stmt, signer) if signer else stmt)
     write_json_atomic(out / SYSTEM_DESC_FILE, system_description(doc))
     write_text_atomic(out / HTML_FILE, render_html(doc))
@@ -246,5 +247,5 @@ def render_html(doc: dict[str, Any]) -> str:
             f"<h2>Suite notes</h2><p><code>{e(doc['suite']['path'])}</code></p><ul>{notes}</ul>"
             f"<h2>Digests (SHA-256)</h2><p>Verify with <code>harness verify-certificate {CERT_FILE} --pubkey "
             f"signing-key.pub.pem</code> (the certifier's public key) "
-            f"(inputs relative to the repository root, results to this directory).</p>"
+            f"(inputs relative to the repository root, copied as certified into inputs/; results relative to this directory).</p>"
             f"<table><tr><th></th><th>Role</th><th>File</th><th>SHA-256</th></tr>{digests}</table></body></html>\n")

@@ -3,7 +3,8 @@
 Opens the certificate (a DSSE envelope holding an in-toto Statement, or a bare unsigned Statement;
 :mod:`harness.attest`), checks the signature against ``--pubkey``, the Statement's subjects
 against its digests, validates the certificate document against its schema, recomputes the
-SHA-256 of every input (relative to ``--root``, default this checkout) and every result (relative
+SHA-256 of every input (relative to ``--root``; default the certificate's own ``inputs/`` copy when it
+has one, else this checkout; ``--root .`` asks whether this checkout still matches) and every result (relative
 to the certificate's directory), re-derives the ``system`` block from the runs' manifests and every
 check from the run directories, baselines, suite and profile, and the overall result from the
 checks. Each discrepancy is one line naming the pointer (into the certificate document) and the file.
@@ -30,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pubkey", type=Path, metavar="PUB",
                    help="the certifier's ed25519 public key (signing-key.pub.pem); without it the signature is not "
                         "checked and the certificate is not VERIFIED")
-    p.add_argument("--root", type=Path, help="repository checkout the inputs are relative to (default: this one)")
+    p.add_argument("--root", type=Path, help="what the inputs are relative to (default: the certificate's inputs/ "
+                   "copy when it has one, else this checkout; give a checkout to ask whether it still matches)")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -46,7 +48,7 @@ def execute(args: argparse.Namespace) -> int:
         return EXIT_FINDINGS
     holds = (f"profile {doc['profile']['name']}, result {doc['result'].upper()} ({doc['summary']['checks']} checks "
              f"and the system block re-derived, {len(doc['inputs'])} inputs and {len(doc['results'])} results match "
-             f"their digests)")
+             f"their digests; inputs checked in {v.root})")
     if not v.signed:
         print(f"UNSIGNED {args.file}: NOT verified. Its contents are consistent ({holds}), but no signature binds "
               "them to a certifier: anyone can edit a result and recompute every digest. Ask for a certificate "

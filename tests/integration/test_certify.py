@@ -128,6 +128,11 @@ def test_verify_accepts_the_certificate_here_and_elsewhere(work: Path, certified
     proc = verify(work, certified["dir"] / "certificate.json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("VERIFIED") and "result PASS" in proc.stdout and "signed by keyid" in proc.stdout
+    # checked against its own copy of the inputs, which are the files certified
+    assert f"inputs checked in {certified['dir'] / 'inputs'}" in proc.stdout
+    for item in certified["doc"]["inputs"]:
+        if item["path"]:
+            assert (certified["dir"] / "inputs" / item["path"]).read_bytes() == (DATA / item["path"]).read_bytes()
     # moved: another directory for the certificate, another checkout holding only its inputs
     cert = copy_cert(certified, work / "moved" / "cert")
     root = copy_root(certified["doc"], work / "moved" / "root")
