@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from harness.core.device import rng_state, set_rng_state
+from harness.devices import accelerators
 from harness.errors import EXIT_FINDINGS, HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.recipe import Resolved, overridable_keys, parse_override
@@ -173,9 +174,10 @@ def rng_pack() -> dict[str, Any]:
                            "torch": state["torch"]}
     if "cuda" in state:
         out["cuda"] = list(state["cuda"])
-    npu = getattr(torch, "npu", None)
-    if npu is not None and npu.is_available():
-        out["npu"] = list(npu.get_rng_state_all())
+    for kind in accelerators():  # every other accelerator torch can see (cuda is in rng_state already)
+        mod = getattr(torch, kind.module or "", None)
+        if kind.name != "cuda" and mod is not None and mod.is_available():
+            out[kind.name] = list(mod.get_rng_state_all())
     return out
 
 
@@ -184,9 +186,10 @@ def rng_unpack(packed: dict[str, Any]) -> None:
     set_rng_state({"python": (packed["python"][0], tuple(packed["python"][1]), packed["python"][2]),
                    "numpy": (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]),
                    "torch": packed["torch"], **({"cuda": packed["cuda"]} if "cuda" in packed else {})})
-    npu = getattr(torch, "npu", None)
-    if "npu" in packed and npu is not None and npu.is_available():
-        npu.set_rng_state_all(packed["npu"])
+    for kind in accelerators():
+        mod = getattr(torch, kind.module or "", None)
+        if kind.name != "cuda" and kind.name in packed and mod is not None and mod.is_available():
+            mod.set_rng_state_all(packed[kind.name])
 
 
 def save_checkpoint(trainer: Any, run_dir: Path, step: int, *, config: dict[str, Any],

@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.devices import device_names
+
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_BASE = "https://harness.invalid/schemas/v1/"
 
@@ -377,7 +379,7 @@ def _recipe_props() -> dict[str, Any]:
         }),
         "reward": obj("Rule-based reward.", {"name": string("Registered reward function.", enum=registered("reward"))}),
         "trainer": obj("Run length, devices, checkpoints (verl trainer.*).", {
-            "device": string("Device kind.", enum=["cpu", "cuda", "npu"]),
+            "device": string("Device kind.", enum=device_names()),
             "nnodes": integer("Nodes.", 1),
             "n_gpus_per_node": integer("Devices per node (GPUs or NPUs).", 1),
             "total_training_steps": integer("GRPO steps.", 1, MAX_STEPS, override=True),
@@ -421,7 +423,7 @@ def profile_schema() -> dict[str, Any]:
         "$schema": string("Path or URI of this schema (editor hint).", min_length=1),
         "name": string("Profile id (file name without .json).", pattern=PROFILE_NAME),
         "description": string("What machine this is.", min_length=1),
-        "device_type": string("torch device kind.", enum=["cpu", "cuda", "npu"]),
+        "device_type": string("torch device kind.", enum=device_names()),
         "accelerator": obj("Accelerators of one node.", {
             "vendor": string("Vendor.", enum=["nvidia", "huawei", "none"]),
             "model": string("Model name as the driver reports it (substring match).", min_length=1),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.devices import device_names
 from harness.schema_defs import (PROFILE_NAME, SCHEMA_BASE, SCHEMA_DIALECT, array, boolean, integer, number, obj,
                                  recipe_schema, string)
 
@@ -16,7 +17,7 @@ SHA256 = "^[0-9a-f]{64}$"
 UTC = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"
 STATUSES = ["running", "complete", "failed", "interrupted"]
 RUNTIMES = ["local", "docker", "torchrun"]
-DEVICE_TYPES = ["cpu", "cuda", "npu"]
+DEVICE_TYPES = device_names()
 TIERS = ["exact", "replay", "band", "statistical"]
 VERDICT_STATUSES = ["pass", "fail", "refused", "no-baseline"]
 CHECK_GROUPS = ["exact", "replay", "band", "statistical", "throughput", "memory"]

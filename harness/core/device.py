@@ -7,6 +7,7 @@ trainer needs (synchronise, peak memory, RNG state, env for deterministic collec
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import random
 import re
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.devices import DEVICE_KINDS
 from harness.errors import HarnessError
 from harness.numerics import PIN_ENV
 
@@ -37,28 +39,28 @@ NUMERICS_ENV = sorted(set(DETERMINISTIC_ENV) | {
 
 
 def resolve_device(kind: str, local_rank: int = 0) -> torch.device:
-    """The torch device for ``kind`` (cpu | cuda | npu) on this rank; a clear error if absent."""
-    if kind == "cpu":
-        return torch.device("cpu")
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise HarnessError("the recipe asks for CUDA but torch sees no GPU", key_path="trainer.device",
-                               fix="run on a GPU machine or pick the cpu profile (--profile cpu)")
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    if kind == "npu":
+    """The torch device for ``kind`` (a row of :data:`harness.devices.DEVICE_KINDS`) on this rank; a clear error
+    if torch cannot see it."""
+    dk = DEVICE_KINDS.lookup(kind)
+    if dk.module is None:
+        return torch.device(dk.name)
+    if dk.extension:
         try:
-            import torch_npu  # noqa: F401  (registers the npu device)
+            importlib.import_module(dk.extension)  # registers the device with torch
         except ImportError:
-            raise HarnessError("the recipe asks for an Ascend NPU but torch_npu is not installed",
-                               key_path="trainer.device", fix="run inside the ascend image (images/ascend)") from None
-        torch.npu.set_device(local_rank)  # type: ignore[attr-defined]
-        return torch.device("npu", local_rank)
-    raise HarnessError(f"unknown device kind '{kind}'", key_path="trainer.device", fix="use cpu, cuda or npu")
+            raise HarnessError(f"the recipe asks for {dk.name} but {dk.extension} is not installed",
+                               key_path="trainer.device", fix=dk.install_fix) from None
+    mod = getattr(torch, dk.module, None)
+    if mod is None or not mod.is_available():
+        raise HarnessError(f"the recipe asks for {dk.name} but torch sees no such device", key_path="trainer.device",
+                           fix=dk.install_fix)
+    mod.set_device(local_rank)
+    return torch.device(dk.name, local_rank)
 
 
 def _accel(device: torch.device) -> Any:
-    return getattr(torch, device.type, None) if device.type in ("cuda", "npu") else None
+    dk = DEVICE_KINDS.get(device.type)
+    return getattr(torch, dk.module, None) if dk is not None and dk.module else None
 
 
 def synchronize(device: torch.device) -> None:

@@ -24,8 +24,8 @@ import torch.distributed as dist
 
 from harness.core.models import BuiltModel
 from harness.core.trainer import Dist
+from harness.devices import DEVICE_KINDS
 
-BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
 
 
 def collective_timeout_s() -> float:
@@ -35,7 +35,7 @@ def collective_timeout_s() -> float:
 def init_distributed(device_type: str, backend: str | None = None) -> Dist:
     """Join the torchrun job (env:// rendezvous) with ``backend`` (the hardware profile's
     ``collective_backend``; by default the device type's) and return this rank's :class:`Dist`."""
-    backend = backend or BACKENDS[device_type]
+    backend = backend or DEVICE_KINDS.lookup(device_type).backend
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=_dt.timedelta(seconds=collective_timeout_s()))
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.devices import DEVICE_KINDS, device_names
 from harness.errors import HarnessError
 
 CONTAINER_UID = 10001
@@ -36,7 +37,7 @@ RECIPES_DIR = "/recipes"
 HOME_DIR = "/home/harness"
 LOCK_LABEL = "io.harness.lock-sha256"
 SOURCE_LABEL = "io.harness.source-sha256"  # the project files the image carries (see source_digest)
-DEVICES = ("cpu", "cuda", "npu")
+DEVICES = tuple(device_names())
 
 # Huawei's container guide: per-chip nodes plus three management nodes ...
 ASCEND_SHARED_NODES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
@@ -210,9 +211,10 @@ def _device_options(devices: str, device_count: int) -> dict[str, Any]:
         raise HarnessError(
             f"unknown device kind {devices!r}", key_path="devices", fix=f"use one of {', '.join(DEVICES)}"
         )
-    if devices == "cpu":
+    container = DEVICE_KINDS[devices].container
+    if container == "none":
         return {}
-    if devices == "cuda":
+    if container == "nvidia":
         from docker.types import DeviceRequest  # noqa: PLC0415
 
         count = device_count if device_count > 0 else -1  # -1: all GPUs
