@@ -195,8 +195,6 @@ def rng_unpack(packed: dict[str, Any]) -> None:
 def save_checkpoint(trainer: Any, run_dir: Path, step: int, *, config: dict[str, Any],
                     manifest: dict[str, Any] | None, keep: int | None) -> Path:
     """Write ``checkpoints/step-<step>/`` (collective: every rank calls it) and prune to ``keep``."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
     dist, root, name = trainer.dist, run_dir / CKPT_DIR, ckpt_name(step)
     nonce = None
     if dist.rank == 0:
@@ -204,17 +202,16 @@ def save_checkpoint(trainer: Any, run_dir: Path, step: int, *, config: dict[str,
         (root / f"{name}.tmp-{nonce}").mkdir(parents=True)
     tmp = root / f"{name}.tmp-{dist.all_gather_objects(nonce)[0]}"  # also a barrier: the directory exists
     # every tensor is copied to host memory (synchronously) as it is encoded: this rank's shards only
-    model_sd, optim_sd = get_state_dict(trainer.models.actor, trainer.optimizer)
-    save_state({"model": model_sd, "optim": optim_sd, "rng": rng_pack()}, tmp / rank_stem(dist.rank))
-    del model_sd, optim_sd
+    sd = trainer.state_dict()
+    save_state({"model": sd.pop("model"), "optim": sd.pop("optim"), "rng": rng_pack()}, tmp / rank_stem(dist.rank))
     dist.all_gather_objects(None)  # every rank's share is on disk
     if dist.rank == 0:
         pause = float(os.environ.get("HARNESS_CKPT_PAUSE_S") or 0)
         if pause > 0:
             time.sleep(pause)  # test-only: a window to kill the run mid-write
         write_json_atomic(tmp / "trainer-state.json", {
-            "step": step, "tokens_seen": trainer.tokens_seen, "world_size": dist.world, "utc": utc_now(),
-            "scheduler": trainer.scheduler.state_dict(), "loader": trainer.loader.state_dict()})
+            "step": step, "tokens_seen": sd["tokens_seen"], "world_size": dist.world, "utc": utc_now(),
+            "scheduler": sd["scheduler"], "loader": sd["loader"]})
         write_json_atomic(tmp / "resolved-recipe.json", config)
         if manifest is not None:
             write_json_atomic(tmp / "manifest.json", manifest)
@@ -249,9 +246,7 @@ def verify_layout(path: Path, world: int) -> None:
 
 
 def load_checkpoint(trainer: Any, path: Path) -> dict[str, Any]:
-    """Restore actor, optimizer, scheduler, loader, counters and this rank's RNG from ``path``."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
+    """Restore the trainer's state (:meth:`GRPOTrainer.load_state_dict`) and this rank's RNG from ``path``."""
     dist = trainer.dist
     state = load_json_strict(path / "trainer-state.json", follow_symlinks=False)
     if state["world_size"] != dist.world:
@@ -263,13 +258,11 @@ def load_checkpoint(trainer: Any, path: Path) -> dict[str, Any]:
     if not isinstance(loaded, dict) or set(loaded) != {"model", "optim", "rng"}:
         raise HarnessError("corrupt training state: expected model, optim and rng", file=str(stem) + ".json",
                            fix="resume from another checkpoint, or start a new run")
-    model_sd, optim_sd = get_state_dict(trainer.models.actor, trainer.optimizer)
-    model_sd = restore_like(loaded["model"], model_sd, "model", stem)
-    optim_sd = restore_like(loaded["optim"], optim_sd, "optim", stem)
-    set_state_dict(trainer.models.actor, trainer.optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
-    trainer.scheduler.load_state_dict(state["scheduler"])
-    trainer.loader.load_state_dict(state["loader"])
-    trainer.tokens_seen = int(state["tokens_seen"])
+    like = trainer.state_dict()  # shapes, dtypes and shards the saved tensors must match
+    trainer.load_state_dict({"model": restore_like(loaded["model"], like["model"], "model", stem),
+                             "optim": restore_like(loaded["optim"], like["optim"], "optim", stem),
+                             "scheduler": state["scheduler"], "loader": state["loader"],
+                             "tokens_seen": state["tokens_seen"]})
     rng_unpack(loaded["rng"])
     return state
 

@@ -269,6 +269,26 @@ class GRPOTrainer:
         timing["timing_s/step"] = self._tock(t_step)
         return self._metrics(rb, rewards, upd, timing)
 
+    # ------------------------------------------------------------------ checkpoint state
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint restores: the actor's weights and optimizer moments (this rank's shards, from
+        torch.distributed.checkpoint's state-dict API), the LR schedule, the data loader's place and the token count."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.models.actor, self.optimizer)
+        return {"model": model_sd, "optim": optim_sd, "scheduler": self.scheduler.state_dict(),
+                "loader": self.loader.state_dict(), "tokens_seen": self.tokens_seen}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` gave (the model and optimizer parts shaped like this trainer's own)."""
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(self.models.actor, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.loader.load_state_dict(state["loader"])
+        self.tokens_seen = int(state["tokens_seen"])
+
     # ------------------------------------------------------------------ metrics
     def _tick(self) -> float:
         synchronize(self.device)

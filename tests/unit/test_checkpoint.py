@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from harness import checkpoint as ck
-from harness.core.trainer import Dist
+from harness.core.trainer import Dist, GRPOTrainer
 from harness.errors import HarnessError
 from harness.recipe import resolve
 from harness.record import read_metrics, truncate_metrics
@@ -33,16 +33,26 @@ class _Loader:
         self.position = state["position"]
 
 
-def _trainer(seed: int) -> SimpleNamespace:
-    torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (s + 1))
-    return SimpleNamespace(models=SimpleNamespace(actor=model), optimizer=opt, scheduler=sched, loader=_Loader(),
-                           tokens_seen=0, dist=Dist())
+class _Trainer:
+    """A tiny model and optimizer with the trainer's own checkpoint state methods."""
+
+    state_dict = GRPOTrainer.state_dict
+    load_state_dict = GRPOTrainer.load_state_dict
+
+    def __init__(self, seed: int) -> None:
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        self.models = SimpleNamespace(actor=model)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: 1.0 / (s + 1))
+        self.loader, self.tokens_seen, self.dist = _Loader(), 0, Dist()
 
 
-def _train_steps(tr: SimpleNamespace, n: int) -> None:
+def _trainer(seed: int) -> _Trainer:
+    return _Trainer(seed)
+
+
+def _train_steps(tr: _Trainer, n: int) -> None:
     for _ in range(n):
         tr.optimizer.zero_grad(set_to_none=True)
         tr.models.actor(torch.randn(3, 4)).pow(2).sum().backward()
@@ -52,7 +62,7 @@ def _train_steps(tr: SimpleNamespace, n: int) -> None:
         tr.tokens_seen += 100
 
 
-def _save(tr: SimpleNamespace, run: Path, step: int, keep: int | None = None) -> Path:
+def _save(tr: _Trainer, run: Path, step: int, keep: int | None = None) -> Path:
     return ck.save_checkpoint(tr, run, step, config={"seed": 1}, manifest={"status": "running"}, keep=keep)
 
 
