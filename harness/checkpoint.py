@@ -469,8 +469,3 @@ def ckpt_resume_check(res: Resolved, workdir: Path, steps: int, *, nproc: int = 
             "resumed": str(resumed), "save_freq": save_freq}
 
 
-def request_stop_after(step: int) -> None:
-    """Test-only ``HARNESS_STOP_AFTER_STEP``: this process sends itself SIGTERM after that step."""
-    if os.environ.get("HARNESS_STOP_AFTER_STEP") == str(step):
-        os.kill(os.getpid(), signal.SIGTERM)
-

@@ -25,39 +25,17 @@ import torch
 
 from harness import __version__, numerics
 from harness.checkpoint import (Interrupted, ResumePlan, clean_partial, load_checkpoint, plan_resume,
-                                request_stop_after, save_checkpoint)
+                                save_checkpoint)
 from harness.core.replay import ReplaySource, replay_storable, save_initial, save_step
 from harness.core.device import CALIBRATION_WORKLOAD, numerics_env, resolve_device, set_determinism, speed_index
 from harness.core.trainer import Dist, GRPOTrainer
 from harness.core.warmstart import run_warm_start
 from harness.cpuload import StepLoad
 from harness.errors import HarnessError
+from harness.hooks import callbacks_from_env, parse_fault
 from harness.profiles import probe_machine
 from harness.recipe import Resolved
 from harness.record import RunRecord, git_revision, software_versions, utc_now
-
-FAULTS = ("flip-advantage", "slowdown")
-
-
-def parse_fault(text: str | None) -> dict[str, Any]:
-    """``flip-advantage`` or ``slowdown:0.3`` (throughput 30 % lower: each step sleeps 0.3 / 0.7 of its
-    time); empty = none."""
-    if not text:
-        return {}
-    name, _, arg = text.partition(":")
-    if name not in FAULTS:
-        raise HarnessError(f"unknown fault '{name}'", key_path="HARNESS_FAULT", fix=f"use one of {', '.join(FAULTS)}")
-    if name == "slowdown":
-        try:
-            value = float(arg)
-        except ValueError:
-            value = -1.0
-        if not 0.0 < value < 1.0:
-            raise HarnessError(f"bad slowdown '{arg}'", key_path="HARNESS_FAULT",
-                               fix="give the fraction of throughput to lose, 0 < x < 1, e.g. slowdown:0.3")
-        return {"slowdown": value}
-    return {name: True}
-
 
 def runtime_info(kind: str, world: int) -> dict[str, Any]:
     return {"kind": kind, "world_size": world, "nnodes": int(os.environ.get("NNODES", "1") or 1),
@@ -204,6 +182,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
         raise HarnessError(f"the checkpoint is at step {start}, beyond the {total} steps asked for", file=str(run_dir),
                            fix=f"give --steps {start} or more")
     fault = parse_fault(os.environ.get("HARNESS_FAULT"))
+    callbacks = callbacks_from_env(fault)  # fault injection and test hooks (harness.hooks)
     numerics.activate()
     set_determinism(int(cfg["seed"]), bool(cfg["deterministic"]))
     device = resolve_device(cfg["trainer"]["device"], local_rank)
@@ -219,8 +198,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
             trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.profile["accelerator"]["peak_bf16_tflops"],
                                   dist=dist,
                                   warm_start_fn=None if source is not None else run_warm_start)  # replay: its policy
-            if fault.get("flip-advantage"):
-                trainer.advantage_sign = -1.0
+            for cb in callbacks:
+                cb.on_start(trainer)
             trainer.replay = source
             keep_rollouts = source is None and dist.world == 1 and record is not None
             too_big = replay_storable(trainer.models.actor) if keep_rollouts else None
@@ -259,13 +238,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                 metrics.update(load.stop())  # who else used the CPUs meanwhile (judges throughput fairly)
                 if keep_rollouts and trainer.last_rollout is not None:
                     save_step(run_dir, step, *trainer.last_rollout)
-                if fault.get("slowdown"):
-                    # a step of time t then takes t / (1 - x): throughput falls by the fraction x
-                    extra = metrics["timing_s/step"] * fault["slowdown"] / (1.0 - fault["slowdown"])
-                    time.sleep(extra)
-                    metrics["timing_s/step"] += extra
-                    metrics["perf/throughput"] = (metrics["perf/total_num_tokens"] / metrics["timing_s/step"]
-                                                  / dist.world)
+                for cb in callbacks:
+                    cb.on_step(step, metrics, dist.world)
                 if test_freq > 0 and (step % test_freq == 0 or step == total):
                     metrics.update(trainer.validate(step))
                 if record is not None:
@@ -275,7 +249,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                     if step == total or step % 5 == 0:
                         record.save()
                 bar.update(step, metrics)
-                request_stop_after(step)
+                for cb in callbacks:
+                    cb.on_recorded(step)
                 signum = stop.agreed(dist) if step < total else 0
                 if signum or (save_freq > 0 and (step % save_freq == 0 or step == total)):
                     if record is not None:
