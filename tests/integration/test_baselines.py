@@ -253,6 +253,9 @@ def test_slowdown_fails_throughput_only(work: Path, recorded: dict[str, Path]) -
     write_json_atomic(same_load, doc)
     proc = harness(work, "compare", str(work / "runs" / "slow"), "--baseline", str(same_load))
     v = load_json_strict(work / "runs" / "slow" / "verdict.json")
+    busy = [n for n in v["notices"] if n.startswith("throughput not judged")]
+    if busy:  # other processes or the hypervisor took the CPUs: the verdict rightly declines to judge speed
+        pytest.skip(f"this machine was contended during the slowed run: {busy[0]}")
     assert proc.returncode == 1 and v["status"] == "fail", f"{proc.stdout} (clean runs: {refs})"
     assert failed(v, "throughput") == {"perf/throughput"} and v["reasons"][0].startswith("throughput:")
     assert "SLOWER" in v["summary_line"]
