@@ -166,6 +166,7 @@ class SteadySpeed:
     values: list[float]
     left_out: int  # contended steady steps
     others_share: float  # median share of the CPUs other work took in those steps (0 if none)
+    all_values: list[float]  # every steady step's, contended or not (a lower bound of the machine's speed)
 
     @property
     def judgeable(self) -> bool:
@@ -181,22 +182,22 @@ class SteadySpeed:
 def steady_speed(series: dict[str, Series], metric: str, warmup: int, end: int | None = None) -> SteadySpeed:
     busy = contended_steps(series)
     values = steady(series.get(metric, {}), warmup, end, skip=busy)
+    every = steady(series.get(metric, {}), warmup, end)
     busy_steady = sorted(k for k in busy if k > warmup and (end is None or k <= end) and k in series.get(metric, {}))
     others = [series[OTHERS_METRIC][k] for k in busy_steady]
-    return SteadySpeed(values, len(busy_steady), quantile(others, 0.5) if others else 0.0)
+    return SteadySpeed(values, len(busy_steady), quantile(others, 0.5) if others else 0.0, every)
 
 
 def reference_speeds(all_series: list[dict[str, Series]], policy: dict[str, Any], steps: int) -> list[list[float]]:
-    """Each run's uncontended steady throughput values for a reference ([] for a run too contended to use)."""
+    """Each run's steady throughput values for a reference: its uncontended steps when enough of them are, else
+    all of them (a busy machine's reference is low, so its floor lenient: `--jobs` runs are re-measured with
+    `--throughput-only`); runs with uncontended figures are preferred to runs without."""
     speeds = [steady_speed(s, policy["metric"], policy["warmup_steps"]) for s in all_series]
-    if not any(sp.values or sp.left_out for sp in speeds):
+    if not any(sp.all_values for sp in speeds):
         raise HarnessError(f"no steady steps to measure throughput (runs of {steps} steps, the first "
                            f"{policy['warmup_steps']} are warm-up)", key_path="--steps", fix="record more steps")
-    usable = [sp.values if sp.judgeable else [] for sp in speeds]
-    if not any(usable):
-        raise HarnessError("no throughput reference: in every run " + speeds[0].why_not(),
-                           fix="record on an idle machine (and without --jobs on the CPU)")
-    return usable
+    clean = [sp.values if sp.judgeable else [] for sp in speeds]
+    return clean if any(clean) else [sp.all_values for sp in speeds]
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -206,10 +206,12 @@ def _steady_quantile(series: dict[str, dict[int, float]], metric: str) -> tuple[
     """The policy's quantile over the steady steps with uncontended CPUs, their count, and what was left out."""
     pol = DEFAULT_POLICY["throughput"]
     speed = steady_speed(series, metric, pol["warmup_steps"])
-    if not speed.judgeable:  # measured on a busy machine: no figure, so the check fails and says why
-        return None, 0, f"; not measured: {speed.why_not()}"
-    vals = speed.values
-    note = f" ({speed.left_out} contended steps left out)" if speed.left_out else ""
+    if not speed.judgeable:  # a busy machine: every step counts (a lower bound); a miss says to re-run idle
+        vals, note = speed.all_values, (f"; measured while {speed.why_not()} (a lower bound: if below the floor, re-run on an "
+                                    "idle machine)")
+    else:
+        vals = speed.values
+        note = f" ({speed.left_out} contended steps left out)" if speed.left_out else ""
     return (quantile(vals, pol["quantile"]) if vals else None), len(vals), note
 
 

@@ -79,9 +79,11 @@ def test_contended_steps_are_left_out_of_the_steady_speed():
     assert old.judgeable and old.left_out == 0 and len(old.values) == 18
 
 
-def test_reference_speeds_refuse_a_reference_measured_on_a_busy_machine():
+def test_reference_speeds_prefer_uncontended_runs():
     tps = {k: 1000.0 for k in range(1, 21)}
     pol = {"metric": "perf/throughput", "warmup_steps": 2}
     assert B.reference_speeds([_run(tps, set()), _run(tps, set(range(1, 21)))], pol, 20) == [[1000.0] * 18, []]
-    with pytest.raises(B.HarnessError, match="in every run other work took the CPUs"):
-        B.reference_speeds([_run(tps, set(range(1, 21)))], pol, 20)
+    # every run contended (e.g. --jobs 2 on two cores): all their steps, a low reference and so a lenient floor
+    assert B.reference_speeds([_run(tps, set(range(1, 21)))], pol, 20) == [[1000.0] * 18]
+    with pytest.raises(B.HarnessError, match="no steady steps"):
+        B.reference_speeds([{"perf/throughput": {1: 5.0}}], pol, 1)
