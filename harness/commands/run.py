@@ -43,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an unfinished run from its newest "
                    "complete checkpoint (the original --set overrides and --steps are reused; see "
                    "harness/checkpoint.py for the rule)")
+    p.add_argument("--no-report", action="store_true", help="judge without rendering report.html and its plots "
+                   "(verdict.json and the summary line are written as always)")
     p.add_argument("--nproc-per-node", type=int, help="torchrun processes per node on the cpu profile "
                    "(accelerator profiles use trainer.n_gpus_per_node)")
     # internal: train and record only (inside containers, torchrun ranks' launchers, child runs, Slurm nodes);
@@ -190,16 +192,19 @@ def execute(args: argparse.Namespace) -> int:
     train_stage(res, args, run_dir, runtime, image, replay)
     if args.stage == "train":
         return EXIT_OK
-    return judge_and_report(res, run_dir, baseline=args.baseline or replay, quiet=args.quiet, tier=args.tier)
+    return judge_and_report(res, run_dir, baseline=args.baseline or replay, quiet=args.quiet, tier=args.tier,
+                            report=not getattr(args, "no_report", False))
 
 
 def judge_and_report(res: Resolved, run_dir: Path, *, baseline: Path | None, quiet: bool,
-                     tier: str | None = None) -> int:
+                     tier: str | None = None, report: bool = True) -> int:
     from harness.compare import judge
-    from harness.report import write_run_report
 
     verdict = judge(run_dir, res, baseline_path=baseline, tier=tier)
-    write_run_report(run_dir, verdict)
+    if report:
+        from harness.report import write_run_report
+
+        write_run_report(run_dir, verdict)
     print(verdict.summary_line())
     if not quiet:
         print(f"run directory: {run_dir}")

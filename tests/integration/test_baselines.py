@@ -88,7 +88,7 @@ def judged_run(work: Path, recorded: dict[str, Path], name: str, *sets: str,
     if name not in _RUNS:
         run_dir = work / "runs" / name
         args = ["run", RECIPE, "--profile", "cpu", "--steps", str(STEPS), "--out", str(run_dir), "--runtime", "local",
-                "--baseline", str(recorded["baseline"]), "--quiet"]
+                "--baseline", str(recorded["baseline"]), "--quiet", "--no-report"]  # reports: the gate's are tested
         for s in sets:
             args += ["--set", s]
         proc = harness(work, *args, fault=fault)
@@ -279,7 +279,7 @@ def test_unpinned_machine_replays_and_passes(work: Path, recorded: dict[str, Pat
     a replay on the machine that recorded the baseline passes."""
     run_dir = work / "runs" / "native-replay"
     proc = harness(work, "run", RECIPE, "--profile", "cpu", "--out", str(run_dir), "--runtime", "local", "--baseline",
-                   str(recorded["baseline"]), "--quiet", extra_env={"HARNESS_CPU_ISA": "native"})
+                   str(recorded["baseline"]), "--quiet", "--no-report", extra_env={"HARNESS_CPU_ISA": "native"})
     v = load_json_strict(run_dir / "verdict.json")
     assert proc.returncode == 0 and v["status"] == "pass" and v["tier"] == "replay", proc.stdout + proc.stderr[-2000:]
     assert "replaying its recorded rollouts" in proc.stderr
@@ -290,7 +290,7 @@ def test_unpinned_machine_replays_and_passes(work: Path, recorded: dict[str, Pat
 def test_replay_catches_lr_x100_within_three_steps(work: Path, recorded: dict[str, Path]) -> None:
     run_dir = work / "runs" / "replay-lr"
     proc = harness(work, "run", RECIPE, "--profile", "cpu", "--out", str(run_dir), "--runtime", "local", "--baseline",
-                   str(recorded["baseline"]), "--quiet", "--tier", "replay", "--set",
+                   str(recorded["baseline"]), "--quiet", "--no-report", "--tier", "replay", "--set",
                    "actor_rollout_ref.actor.optim.lr=0.1")
     v = load_json_strict(run_dir / "verdict.json")
     assert proc.returncode == 1 and v["status"] == "fail" and v["tier"] == "replay", proc.stdout

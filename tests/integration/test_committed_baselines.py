@@ -1,5 +1,5 @@
 """The committed CPU baselines still hold: each recipe's smoke run, as the README's main command
-makes it, passes against ``baselines/<recipe>/cpu-smoke.json``.
+makes it (the other recipes for their first 12 steps), passes against ``baselines/<recipe>/cpu-smoke.json``.
 
 This is the check that keeps a committed baseline from going stale (a code change that moves the
 numbers must re-record it, with the reason in the commit). With the same software and the CPU
@@ -26,12 +26,18 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("recipe", ["qwen3_vl_30b", "qwen3_30b_a3b", "qwen3_1_7b"])
+# the main recipe for all its steps, as the README's first command runs it; the others on their first 12 (an
+# RL run amplifies any numerics change within a step or two, and the exact tier compares every step run)
+STEPS = {"qwen3_vl_30b": None, "qwen3_30b_a3b": 12, "qwen3_1_7b": 12}
+
+
+@pytest.mark.parametrize("recipe", list(STEPS))
 def test_smoke_run_passes_its_committed_baseline(recipe: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
+    steps = ["--steps", str(STEPS[recipe])] if STEPS[recipe] else []
     proc = subprocess.run([sys.executable, "-m", "harness", "run", recipe, "--profile", "cpu", "--runtime", "local",
-                           "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path)
+                           "--out", str(out), "--quiet", "--no-report", *steps], capture_output=True, text=True,
+                          timeout=1800, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path)
     verdict = load_json_strict(out / "verdict.json")
     failed = {c["group"] for c in verdict["checks"] if not c["passed"]}
     summary = verdict["summary_line"]
