@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from harness.baseline import load_baseline, quantile
+from harness.baseline import load_baseline, load_series, quantile, steady_speed
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.schema import schema_errors
 
@@ -222,9 +222,11 @@ def test_flipped_advantage_sign_fails(work: Path, recorded: dict[str, Path]) -> 
 
 
 def _steady_throughput(run_dir: Path, pol: dict[str, Any]) -> float:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return quantile([r[pol["metric"]] for r in rows if r["step"] > pol["warmup_steps"] and pol["metric"] in r],
-                    pol["quantile"])
+    """The clean run's throughput over its uncontended steady steps (as the verdict measures it)."""
+    speed = steady_speed(load_series(run_dir), pol["metric"], pol["warmup_steps"])
+    if not speed.judgeable:  # a reference measured while something else took the CPUs says nothing
+        pytest.skip(f"this machine was contended during the clean run {run_dir.name}: {speed.why_not()}")
+    return quantile(speed.values, pol["quantile"])
 
 
 def test_slowdown_fails_throughput_only(work: Path, recorded: dict[str, Path]) -> None:
