@@ -4,11 +4,11 @@ Budget: one baseline of 3 seeds x STEPS steps is recorded per session (in a temp
 with the real ``record-baseline`` command, which also replays the primary run once for the
 replay noise), then one gate run (seed 42, must pass at the exact tier and be bitwise identical to
 the baseline's primary run), four mutation runs (lr x 100, KL coefficient 0, flipped advantage
-sign, 30 % slowdown) with two clean runs around the slowed one, and two replays (unpinned: pass;
-lr x 100: fail): 13 runs of STEPS steps, plus two runs killed early. STEPS is smaller than the recipe's 40; the baseline is recorded for that many
+sign, 30 % slowdown) and two replays (unpinned: pass; lr x 100: fail): 11 runs of STEPS steps, plus
+two runs killed early. STEPS is smaller than the recipe's 40; the baseline is recorded for that many
 steps, so every comparison covers the same steps. A different seed under ``exact``, refusals and
-schema failures re-judge existing runs (no training). The slowed run is judged against clean runs
-made just before and after it, so that its throughput is compared under the same load.
+schema failures re-judge existing runs (no training). The slowed run's throughput is judged against
+its own speed without the fault (see the test), not against other runs on a shared machine.
 """
 
 from __future__ import annotations
@@ -222,43 +222,42 @@ def test_flipped_advantage_sign_fails(work: Path, recorded: dict[str, Path]) -> 
 
 
 def _steady_throughput(run_dir: Path, pol: dict[str, Any]) -> float:
-    """The clean run's throughput over its uncontended steady steps (as the verdict measures it)."""
+    """A run's throughput over its uncontended steady steps (as the verdict measures it)."""
     speed = steady_speed(load_series(run_dir), pol["metric"], pol["warmup_steps"])
     if not speed.judgeable:  # a reference measured while something else took the CPUs says nothing
-        pytest.skip(f"this machine was contended during the clean run {run_dir.name}: {speed.why_not()}")
+        pytest.skip(f"this machine was contended during the run {run_dir.name}: {speed.why_not()}")
     return quantile(speed.values, pol["quantile"])
 
 
 def test_slowdown_fails_throughput_only(work: Path, recorded: dict[str, Path]) -> None:
     """A 30 % slowdown (throughput x 0.7) fails on throughput alone.
 
-    Throughput is compared with a reference measured around the same moment: the mean of two clean
-    runs made just before and just after the slowed one, one after another (never at the same time:
-    a run that sleeps would hand its cores to the other), written into a copy of the baseline together
-    with their machine speed (so the calibration scales nothing the slowdown did not cause).
+    The reference is the slowed run's own speed without the fault: every step slept 0.3 / 0.7 of its
+    time, so its throughput without the sleep is the recorded one / 0.7. A reference measured in other
+    runs compares two moments of a shared 2-core VM, whose step times spread by a third between runs
+    (measured: clean runs at 6.1k and 6.9k tok/s around a slowed run whose unslowed steps ran at 8.4k),
+    which is the machine, not the verdict. The sleep itself is checked in the step timings.
     """
-    before = judged_run(work, recorded, "clean-before")[2]
     code, out, v = judged_run(work, recorded, "slow", fault="slowdown:0.3")
-    after = judged_run(work, recorded, "clean-after")[2]
-    assert not failed(before, "exact") and not failed(after, "exact")  # clean runs: bitwise the baseline
     assert v["fault_injection"] == {"slowdown": 0.3}
     # the numbers are untouched by a slowdown: bitwise equal to the baseline
     assert v["tier"] == "exact" and not failed(v, "exact") and not failed(v, "band"), out[-2000:]
+    rows = [json.loads(line) for line in (work / "runs" / "slow" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "timing_s/step" in r]
+    for r in steps:  # each step took 1 / 0.7 of its phases' time: the sleep was really added
+        phases = sum(x for k, x in r.items() if k.startswith("timing_s/") and k != "timing_s/step")
+        assert r["timing_s/step"] >= 1.3 * phases, r
     doc = load_baseline(recorded["baseline"])
     pol = doc["policy"]["throughput"]
-    refs = [_steady_throughput(work / "runs" / n, pol) for n in ("clean-before", "clean-after")]
-    doc["throughput"]["references"][0]["value"] = sum(refs) / 2
-    speeds = [load_json_strict(work / "runs" / n / "manifest.json")["calibration"]["speed_index"]
-              for n in ("clean-before", "clean-after")]
-    doc["throughput"]["references"][0]["speed_index"] = sum(speeds) / 2
-    same_load = work / "baselines-same-load" / "cpu-smoke.json"
-    write_json_atomic(same_load, doc)
-    proc = harness(work, "compare", str(work / "runs" / "slow"), "--baseline", str(same_load))
+    unslowed = _steady_throughput(work / "runs" / "slow", pol) / 0.7
+    doc["throughput"]["references"][0]["value"] = unslowed
+    doc["throughput"]["references"][0]["speed_index"] = load_json_strict(
+        work / "runs" / "slow" / "manifest.json")["calibration"]["speed_index"]
+    same_run = work / "baselines-unslowed" / "cpu-smoke.json"
+    write_json_atomic(same_run, doc)
+    proc = harness(work, "compare", str(work / "runs" / "slow"), "--baseline", str(same_run))
     v = load_json_strict(work / "runs" / "slow" / "verdict.json")
-    busy = [n for n in v["notices"] if n.startswith("throughput not judged")]
-    if busy:  # other processes or the hypervisor took the CPUs: the verdict rightly declines to judge speed
-        pytest.skip(f"this machine was contended during the slowed run: {busy[0]}")
-    assert proc.returncode == 1 and v["status"] == "fail", f"{proc.stdout} (clean runs: {refs})"
+    assert proc.returncode == 1 and v["status"] == "fail", f"{proc.stdout} (unslowed: {unslowed:.0f} tok/s)"
     assert failed(v, "throughput") == {"perf/throughput"} and v["reasons"][0].startswith("throughput:")
     assert "SLOWER" in v["summary_line"]
 
