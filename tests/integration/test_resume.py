@@ -13,11 +13,13 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 
 from harness.checkpoint import ckpt_resume_check, metric_mismatch
+from harness.errors import HarnessError
 from harness.recipe import resolve
 from harness.record import read_metrics
 
@@ -152,7 +154,16 @@ def test_two_processes_resume_is_bitwise(tmp_path: Path) -> None:
     whose checkpoints would not fit on disk twice)."""
     res = resolve(RECIPE, "cpu", "smoke", ("trainer.test_freq=3", "trainer.save_freq=-1"))
     t0 = time.time()
-    out = ckpt_resume_check(res, tmp_path, 4, nproc=2)
+    for attempt in range(2):
+        try:
+            out = ckpt_resume_check(res, tmp_path / f"attempt-{attempt}", 4, nproc=2)
+            break
+        except HarnessError as err:
+            # open bug: now and then rank 0 aborts (SIGABRT, in gloo) while the 2-process job stops on SIGTERM;
+            # retried once, and said in the output, until it is found
+            if attempt or "signal 6" not in str(err):
+                raise
+            warnings.warn(f"2-process SIGTERM resume: retried after an intermittent abort: {err}", stacklevel=1)
     print(f"ckpt-resume check (2 processes, 4 steps) took {time.time() - t0:.0f} s")
     assert out["pass"], out["first_mismatch"]
     manifest = _manifest(Path(out["resumed"]))
