@@ -70,6 +70,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     p.add_argument("--profile-step", type=int, default=None,
                    help="ours: run this step under torch.profiler; its kernel table per phase goes to --out")
+    p.add_argument("--memory-step", type=int, default=None,
+                   help="ours: account step N's update memory (saved tensors per module; CUDA: live blocks at peak)")
+    p.add_argument("--logit-chunk-mib", type=int, default=None,
+                   help="ours: float32 logits per output-head chunk (default: harness.core.update.LOGIT_CHUNK_BYTES)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     p.add_argument("--child-out", default=None, help=argparse.SUPPRESS)  # set by --side both for its subprocesses
     args = p.parse_args(argv)
@@ -236,14 +240,54 @@ def write_profile(prof: Any, out: Path, step: int) -> None:
     print(f"[ours] profile of step {step}: {path}", flush=True)
 
 
+@contextlib.contextmanager
+def memory_accounting(model: torch.nn.Module, device: torch.device, out: Path, step: int, on: bool, micro: int
+                      ) -> Iterator[None]:
+    """Around one update (``on``): what its first micro-batch saves for the backward, per module, and on CUDA the
+    blocks live at the update's peak; written to ``<out>/memory-ours-step<step>.txt``."""
+    if not on:
+        yield
+        return
+    from memory_account import SavedTensors, cuda_report
+
+    saved = SavedTensors(model)
+    forwards = [0]
+
+    def first_only(module: torch.nn.Module, args: Any) -> None:  # account the first micro-batch's forward only
+        forwards[0] += 1
+        saved.active = forwards[0] == 1
+
+    handle = model.get_input_embeddings().register_forward_pre_hook(first_only)  # one call per forward
+    cuda = device.type == "cuda"
+    resident = torch.cuda.memory_allocated(device) if cuda else 0
+    if cuda:
+        torch.cuda.memory._record_memory_history(max_entries=500_000)
+    try:
+        with saved.recording():
+            yield
+    finally:
+        handle.remove()
+        parts = [saved.report(f"step {step}, first update micro-batch ({micro} sequences)")]
+        if cuda:
+            snap = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
+            parts.append(cuda_report(snap, resident, f"step {step}, the whole update"))
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"memory-ours-step{step}.txt"
+        path.write_text("\n\n".join(parts) + "\n")
+        print(f"[ours] memory of step {step}'s update: {path}", flush=True)
+
+
 # ----------------------------------------------------------------------------- ours
 def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    from harness.core import algos
+    from harness.core import algos, update
     from harness.core.data import EncodedPrompt, Example
     from harness.core.device import reset_peak_memory
     from harness.core.trainer import GRPOTrainer
     from harness.core.update import attach_positions, batched_logprobs, head_kind, is_on_policy, update_actor
 
+    if args.logit_chunk_mib:
+        update.LOGIT_CHUNK_BYTES = args.logit_chunk_mib << 20
     wl = workload(args, device)
     peak = args.peak_tflops or measure_peak_tflops(device)
     cfg, source = build_cfg(wl, device, args.micro or (4 if args.tiny else None),
@@ -294,7 +338,8 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         t3 = time.perf_counter()
         pm["logprob"] = phase_peak()
         actor.train()
-        with phase(prof, "update"):
+        with phase(prof, "update"), memory_accounting(actor, device, Path(args.out), step,
+                                                      step == args.memory_step, micro):
             update_actor(actor, tr.optimizer, tr.scheduler, rb, cfg=tr.loss_cfg, mini_size=B, micro_size=micro,
                          epochs=1, clip_grad=CLIP_GRAD, bias=tr.bias, image_pad_id=tr.ids["image_pad"],
                          on_policy=on_policy)
@@ -325,6 +370,7 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
         "settings": {"recipe": source, "update_micro_batch": micro, "logprob_micro_batch": lp_micro,
                      "attn_implementation": tr.models.attn_implementation, "decode_engine": tr.decode_engine,
                      "old_logprob_forward": not on_policy, "logprob_head": head_kind(device),
+                     "logit_chunk_mib": update.LOGIT_CHUNK_BYTES >> 20, "model_notes": list(tr.models.notes),
                      "experts_implementation": getattr(actor.config, "_experts_implementation", None),
                      "gradient_checkpointing": args.gradient_checkpointing, "dtype": wl["dtype"],
                      "optimizer": type(tr.optimizer).__name__, "weight_decay": cfg["actor_rollout_ref"]["actor"]
@@ -343,6 +389,10 @@ def run_trl(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from harness.core.models import build_models
     from harness.core.tokenizer import load_tokenizer, special_token_ids
 
+    from harness.core import update
+
+    if args.logit_chunk_mib:
+        update.LOGIT_CHUNK_BYTES = args.logit_chunk_mib << 20
     wl = workload(args, device)
     peak = args.peak_tflops or measure_peak_tflops(device)
     B, R, P = args.prompts * args.n, args.response_len, args.prompt_len

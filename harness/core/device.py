@@ -204,3 +204,11 @@ def speed_index(device: torch.device) -> float:
             if i >= 2:
                 times.append(time.perf_counter() - t0)
     return 1.0 / statistics.median(times)
+
+
+def adamw_kernel(device: torch.device, deterministic: bool) -> dict[str, bool | None]:
+    """Which AdamW implementation: fused on the CPU (its square root is the instruction's, the same bits on
+    every x86-64 machine; the per-tensor step's goes through oneMKL's vector math, which differs between
+    Intel and AMD) and on CUDA outside deterministic mode; else the per-tensor loop."""
+    fused = device.type == "cpu" or (device.type == "cuda" and not deterministic)
+    return {"fused": True, "foreach": None} if fused else {"fused": None, "foreach": False}

@@ -23,7 +23,8 @@ import torch
 from harness.core import algos
 from harness.core.data import PromptLoader, build_synthetic, collate_prompts, load_local
 from harness.core.decode import pick_engine
-from harness.core.device import peak_memory_gb, release_host_memory, reset_peak_memory, synchronize
+from harness.core.device import adamw_kernel, peak_memory_gb, release_host_memory, reset_peak_memory, synchronize
+from harness.core.lean_norm import use_lean_norms
 from harness.core.models import BuiltModel, banned_bias, build_models
 from harness.core.replay import ReplaySource, replayed_batch
 from harness.core.reward import get_reward
@@ -97,6 +98,9 @@ class GRPOTrainer:
         self.warm_start_info = warm_start_fn(self) if warm_start_fn else {}
         if self.models.ref is not None and self.warm_start_info:
             self.models.ref.load_state_dict(self.models.actor.state_dict())
+        if device.type == "cuda" and not cfg["deterministic"]:  # see harness.core.lean_norm
+            lean = use_lean_norms(self.models.actor)
+            self.models = replace(self.models, notes=(*self.models.notes, f"{lean} RMSNorms with the lean backward"))
         self.decode_engine, why = pick_engine(self.models.actor, device, sharded=self.dist.wrap is not None)
         if why:
             self.models = replace(self.models, notes=(*self.models.notes, why))
@@ -130,9 +134,8 @@ class GRPOTrainer:
     def _optimizer(self) -> tuple[torch.optim.Optimizer, Any]:
         optim = self.actor_cfg["optim"]
         params = [p for p in self.models.actor.parameters() if p.requires_grad]
-        fused = self.device.type == "cuda" and not self.cfg["deterministic"]
         opt = torch.optim.AdamW(params, lr=optim["lr"], betas=tuple(optim["betas"]), weight_decay=optim["weight_decay"],
-                                eps=1e-8, fused=fused or None, foreach=None if fused else False)
+                                eps=1e-8, **adamw_kernel(self.device, self.cfg["deterministic"]))
         total = int(self.cfg["trainer"]["total_training_steps"])
         warmup = optim["lr_warmup_steps"] if optim["lr_warmup_steps"] >= 0 else int(optim["lr_warmup_steps_ratio"] * total)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(

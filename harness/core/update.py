@@ -51,8 +51,11 @@ def micro_batches(n: int, size: int) -> list[list[int]]:
 
 
 # A micro-batch whose float32 logits would exceed this is projected by the output head in chunks of
-# about this size (each recomputed in the backward), so the peak follows the hidden size, not V.
-LOGIT_CHUNK_BYTES = 1 << 30
+# about this size (each recomputed in the backward), so the peak follows the hidden size, not V. A chunk's
+# backward holds several logit-sized buffers at once (measured on an H200: ~6 GB at 1 GiB chunks, the update's
+# largest single item after the gradients), so the chunk is kept small; 256 MiB is still ~440 rows of a 152k
+# vocabulary, a GEMM large enough to run at full speed.
+LOGIT_CHUNK_BYTES = 256 << 20
 
 
 def _head_chunk(hidden: Tensor, weight: Tensor, labels: Tensor, bias: Tensor, temperature: float,
