@@ -14,6 +14,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -71,6 +72,18 @@ def main() -> None:
         "conv3d (patch embed)": lambda: F.conv3d(inp(4, 3, 2, 16, 16, salt=11), inp(32, 3, 2, 8, 8, salt=12),
                                                  stride=(2, 8, 8)),
         "topk": lambda: torch.topk(x * 3, 2, -1).values,
+        "sqrt": lambda: torch.sqrt(x.abs()),
+        "rsqrt": lambda: torch.rsqrt(x.abs() + 1e-3),
+        "div": lambda: x / (x.abs() + 0.37),
+        "sigmoid": lambda: torch.sigmoid(x * 4),
+        "tanh": lambda: torch.tanh(x * 4),
+        "pow 2.5": lambda: torch.pow(x.abs(), 2.5),
+        "cos/sin (rope)": lambda: torch.cos(x * 30) + torch.sin(x * 30),
+        "lerp_ 0.1": lambda: x.clone().lerp_(x * 0.5 + 0.25, 0.1),
+        "mul_ add_": lambda: x.clone().mul_(0.999).add_(1e-8),
+        "addcmul_": lambda: x.clone().addcmul_(x, x, value=0.001),
+        "addcdiv_": lambda: x.clone().addcdiv_(x * 0.1, x.abs() + 1e-3, value=-0.01),
+        "clamp": lambda: torch.clamp(x * 30, -10, 10),
         "cumsum": lambda: torch.cumsum(x, -1),
     }
     grads = {
@@ -90,7 +103,22 @@ def main() -> None:
             opt.step()
         return p.detach()
 
-    out = {name: digest(fn()) for name, fn in {**ops, **grads, "adamw 3 steps": adamw}.items()}
+    def adamw_variant(**kw: bool) -> Any:
+        def run() -> torch.Tensor:
+            p = torch.nn.Parameter(inp(300, 70, salt=14))
+            opt = torch.optim.AdamW([p], lr=1e-3, weight_decay=0.01, **kw)
+            for s in range(3):
+                p.grad = inp(300, 70, salt=20 + s)
+                opt.step()
+            return p.detach()
+        return run
+
+    variants = {"adamw foreach 3 steps": adamw_variant(foreach=True), "adamw fused 3 steps": adamw_variant(fused=True)}
+    out = {name: digest(fn()) for name, fn in {**ops, **grads, "adamw 3 steps": adamw, **variants}.items()}
+    # the host-side scalars of the AdamW step (Python floats: libm pow)
+    out["adamw scalars"] = hashlib.sha256(" ".join(
+        f"{(1 - 0.9 ** k).hex()} {(1 - 0.999 ** k).hex()} {((1 - 0.999 ** k) ** 0.5).hex()}"
+        for k in (1.0, 2.0, 3.0, 150.0)).encode()).hexdigest()[:16]
     rec = numerics.record()
     print(json.dumps({"torch": torch.__version__, "isa_class": rec["isa_class"], "level": rec["level"],
                       "cpu_capability": rec["cpu_capability"], "threads": rec["threads"], "ops": out}, indent=1))

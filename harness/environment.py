@@ -57,7 +57,8 @@ def changes(run: dict[str, Any], ref: dict[str, Any]) -> list[Change]:
     cpu = run["machine"]["device_type"] == "cpu" and ref["machine"]["device_type"] == "cpu"
     pinned = cpu and run.get("numerics") is not None and run.get("numerics") == ref.get("numerics")
     if not (run["deterministic"] and ref["deterministic"]):
-        out.append(Change("deterministic", run["deterministic"], ref["deterministic"], True))
+        out.append(Change("deterministic mode (exact needs it on both sides)", run["deterministic"],
+                          ref["deterministic"], True))
     for key in ref["software"]:
         if run["software"].get(key) != ref["software"][key]:
             out.append(Change(key, run["software"].get(key), ref["software"][key], True))
@@ -86,7 +87,9 @@ def _short(rev: str | None) -> str | None:
 def _pin_text(key: dict[str, Any] | None) -> str:
     if not key:
         return "none"
-    return f"{key['level']} ({key.get('isa_class')}, {key.get('cpu_capability')}, {key.get('threads')} threads)"
+    env = key.get("env") or {}
+    libs = ", ".join(f"{k}={v}" for k, v in sorted(env.items()) if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"))
+    return f"{key['level']} ({key.get('cpu_capability')}, {key.get('threads')} threads; {libs})"
 
 
 def live_summary(res: Any, runtime: str, world: int) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from harness import __version__
+from harness.core.device import adamw_kernel
 from harness.core.data import demo_response
 from harness.core.rollout import RolloutBatch
 from harness.core.update import sequence_logprobs
@@ -124,7 +125,7 @@ def run_warm_start(tr: GRPOTrainer) -> dict[str, Any]:
             sys.stderr.write(f"notice: warm-start cache entry not used, training it again: {err.one_line()}\n")
     rng = np.random.default_rng([tr.seed, 7])
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ws["lr"], weight_decay=0.0,
-                            foreach=False)
+                            **adamw_kernel(tr.device, deterministic=True))
     model.train()
     losses = []
     for _ in range(ws["steps"]):

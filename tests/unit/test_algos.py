@@ -601,3 +601,27 @@ def test_registration_and_duplicates(register, registry, taken):
     finally:
         registry.pop("fresh_name_for_test", None)
     assert registry == before
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_portable_sqrt_is_ieee_on_the_cpu(dtype):
+    """The group std's square root is the correctly rounded one (torch.sqrt on the CPU is oneMKL's, which is
+    not, and differs between CPU vendors): checked against Python's math.sqrt, which is IEEE."""
+    x = (torch.rand(4000, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 50).to(dtype)
+    got = A.portable_sqrt(x)
+    assert got.dtype == dtype
+    want = torch.tensor([math.sqrt(v) for v in x.tolist()], dtype=torch.float64).to(dtype)  # exact, then rounded
+    if dtype == torch.float64:
+        assert torch.equal(got, want)
+    else:  # rounding the float64 root to float32 is the float32 root except in double-rounding cases
+        assert (got != want).sum().item() <= 2
+
+
+def test_cpu_optimizer_is_the_fused_adamw():
+    """Its square root is the instruction's: the per-tensor step calls oneMKL's, which differs by CPU vendor."""
+    from harness.core.device import adamw_kernel
+
+    for deterministic in (True, False):
+        assert adamw_kernel(torch.device("cpu"), deterministic)["fused"] is True
+    assert adamw_kernel(torch.device("cuda"), True) == {"fused": None, "foreach": False}  # GPU baselines' kernel
+    assert adamw_kernel(torch.device("cuda"), False)["fused"] is True

@@ -525,7 +525,7 @@ def test_judge_refuses_a_broken_baseline_and_unfinished_runs(tmp_path, manifest,
 
 
 # ----------------------------------------------------------------------------- environment changes
-PINNED = {"level": "avx2", "reason": "pinned", "env": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT",
+PINNED = {"level": "avx2", "reason": "pinned", "env": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE",
                                                       "OMP_NUM_THREADS": "2"}, "cpu_capability": "AVX2", "threads": 2}
 
 
@@ -542,6 +542,19 @@ def test_pinned_cpus_of_another_model_stay_exact_eligible(manifest, env_baseline
     m["numerics"] = {**PINNED, "level": "native"}  # unpinned: the model matters again
     blocking = [c.key for c in C.environment_changes(m, baseline) if c.blocks_exact]
     assert "numerics pin" in blocking and "device_model" in blocking
+
+
+def test_the_cpu_pin_does_not_block_exact_on_an_accelerator(manifest, env_baseline):
+    """A GPU run's bits do not come from the CPU libraries: another pin is listed, never blocking."""
+    ref = copy.deepcopy(manifest)
+    ref["machine"].update(device_type="cuda", device_model="NVIDIA H200")
+    ref["numerics"] = {**PINNED, "env": {**PINNED["env"], "MKL_CBWR": "AVX2,STRICT"}}
+    baseline = {**env_baseline, "environment": E.summary(ref)}
+    m = copy.deepcopy(ref)
+    m["numerics"] = PINNED
+    changes = C.environment_changes(m, baseline)
+    assert [(c.key, c.blocks_exact) for c in changes] == [("numerics pin", False)]
+    assert "MKL_CBWR=AVX2,STRICT" in changes[0].text() and "MKL_CBWR=COMPATIBLE" in changes[0].text()
 
 
 def test_changes_list_every_difference_with_its_weight(manifest, env_baseline):
@@ -632,15 +645,22 @@ def test_memory_is_not_compared_across_software_or_devices():
     assert not _by(T.evaluate(T.Context(run, base, 1, None), [])[0], "memory")[0].passed
 
 
-def test_another_isa_class_is_not_exact_eligible_even_pinned(manifest, env_baseline):
-    """Measured: pinned AVX2 on an AVX-512 Intel and an AVX2 AMD machine agree to ~1e-6, not bitwise."""
+def test_another_isa_class_stays_exact_eligible_when_pinned(manifest, env_baseline):
+    """Measured: pinned, an AVX-512 Intel and an AVX2 AMD machine gave the same bits for a whole smoke run."""
     ref = copy.deepcopy(manifest)
     ref["numerics"] = {**PINNED, "isa_class": "AuthenticAMD/avx2"}
+    ref["machine"]["device_model"] = "AMD EPYC"
     baseline = {**env_baseline, "environment": E.summary(ref)}
     m = copy.deepcopy(ref)
     m["numerics"] = {**PINNED, "isa_class": "GenuineIntel/avx512"}
-    assert "numerics pin" in [c.key for c in C.environment_changes(m, baseline) if c.blocks_exact]
-    assert C.choose_tiers(m, baseline, None)[0] == ["statistical"]  # a free run; `harness run` replays instead
+    m["machine"]["device_model"] = "Intel(R) Xeon(R) Processor"
+    changes = C.environment_changes(m, baseline)
+    assert not [c for c in changes if c.blocks_exact]
+    assert "device_model" in [c.key for c in changes]  # still listed
+    assert C.choose_tiers(m, baseline, None)[0][0] == "exact"
+    other = copy.deepcopy(m)
+    other["numerics"]["env"] = {**PINNED["env"], "MKL_CBWR": "AVX2,STRICT"}  # another pin: other bits
+    assert "numerics pin" in [c.key for c in C.environment_changes(other, baseline) if c.blocks_exact]
 
 
 def test_throughput_floor_is_not_moved_by_the_calibration():
