@@ -62,9 +62,9 @@ DEFAULT_POLICY: dict[str, Any] = {
     "band": {"rtol": 0.05, "atol": 1e-8, "k_noise": 3.0, "noise_window": 2, "failures_per_50_steps": 1},
     # the last 20 % of the steps (MLPerf RCP's late window), alpha family-wise over the metrics
     "statistical": {"window_fraction": 0.2, "alpha": 0.05, "practical_floor": 0.05},
-    # replay: per step, k x the distance of an fp64 replay from the fp32 baseline (running maximum up to the
-    # step: the rounding error any other fp32 implementation also makes), scaled by how much coarser the run's
-    # dtype rounds (bf16 vs fp32: 2^16); never below rtol_floor x the metric's RMS or atol (a clip fraction may
+    # replay: per step, k x the distance of an fp64 replay from the fp32 baseline (running maximum up to two
+    # steps ahead, tiers.EVENT_LEAD: the rounding error any other fp32 implementation also makes), scaled by how
+    # much coarser the run's dtype rounds (bf16 vs fp32: 2^16); never below rtol_floor x the metric's RMS or atol (a clip fraction may
     # move by a couple of tokens, ~1/500 of a smoke mini-batch; x coarse_atol_factor in a coarser dtype). Only
     # the first horizon_steps are gated: even teacher-forced, training amplifies a rounding difference step by
     # step, and measured on a GPU (fp32) and an AVX-512 CPU the trajectories stay within 7x and 2x of the fp64

@@ -177,9 +177,12 @@ class Verdict:
         if not any(c.group == "throughput" for c in self.checks):  # say why, in a word (the notice has the rest)
             parts += [n.split(":")[0] for n in self.notices if n.startswith("throughput not ")][:1]
         bad = [c for c in self.checks if not c.passed]
-        if bad:
-            c = bad[0]
-            where = f" at step {c.step}" if c.step is not None and c.group in ("exact", "replay", "band") else ""
+        if bad:  # the earliest: of the checks failing per step, the one whose first failing step comes first
+            c = min(bad, key=lambda c: c.failing_steps[0] if c.failing_steps else math.inf)
+            per_step = c.step is not None and c.group in ("exact", "replay", "band")
+            first = c.failing_steps[0] if per_step and c.failing_steps and c.failing_steps[0] != c.step else None
+            where = (f" from step {first}, worst at step {c.step}" if first is not None
+                     else f" at step {c.step}" if per_step else "")
             parts.append(f"first failure: {c.group} {c.metric}{where} ({fmt(c.run_value)} vs {fmt(c.ref_value)})")
         if self.fault_injection:
             parts.append("fault injected: " + ",".join(f"{k}={v}" for k, v in self.fault_injection.items()))
