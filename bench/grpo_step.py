@@ -389,10 +389,6 @@ def run_trl(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from harness.core.models import build_models
     from harness.core.tokenizer import load_tokenizer, special_token_ids
 
-    from harness.core import update
-
-    if args.logit_chunk_mib:
-        update.LOGIT_CHUNK_BYTES = args.logit_chunk_mib << 20
     wl = workload(args, device)
     peak = args.peak_tflops or measure_peak_tflops(device)
     B, R, P = args.prompts * args.n, args.response_len, args.prompt_len

@@ -18,7 +18,7 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
-from harness.numerics import exactness_key
+from harness.numerics import THREAD_VARIABLES, exactness_key
 
 SOFTWARE_KEYS = ("python", "torch", "transformers", "tokenizers", "numpy", "cuda", "cudnn", "torch_npu")
 
@@ -88,7 +88,7 @@ def _pin_text(key: dict[str, Any] | None) -> str:
     if not key:
         return "none"
     env = key.get("env") or {}
-    libs = ", ".join(f"{k}={v}" for k, v in sorted(env.items()) if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"))
+    libs = ", ".join(f"{k}={v}" for k, v in sorted(env.items()) if k not in THREAD_VARIABLES)
     return f"{key['level']} ({key.get('cpu_capability')}, {key.get('threads')} threads; {libs})"
 
 
