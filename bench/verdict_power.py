@@ -82,7 +82,9 @@ def main() -> int:
     ap.add_argument("--baseline", help="baseline file (default: the recipe's for the profile)")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--first-seed", type=int, default=1000)
-    ap.add_argument("--fault-seed", type=int, default=2000, help="seed of the statistical fault runs")
+    ap.add_argument("--fault-seed", type=int, default=2000, help="first seed of the statistical fault runs")
+    ap.add_argument("--fault-seeds", type=int, default=1, help="statistical runs per fault (seeds from --fault-seed "
+                    "on; with --fault-seed = --first-seed each pairs with a clean run: bench/fault_effects.py)")
     ap.add_argument("--lr", type=float, default=0.1, help="the lr x100 fault's learning rate")
     ap.add_argument("--replay", action="store_true", help="also replay each fault on the baseline's rollouts")
     ap.add_argument("--jobs", type=int, default=1)
@@ -100,8 +102,10 @@ def main() -> int:
         jobs["no fault (replay)"] = dict(tier="replay", sets=[], env={}, expect="pass")
     for name, f in ({} if args.no_faults else FAULTS).items():
         sets = [x.format(lr=args.lr) for x in f.get("set", [])]
-        jobs[f"{name} (statistical)"] = dict(tier="statistical", sets=sets + [f"seed={args.fault_seed}"],
-                                             env=f.get("env", {}), expect="fail")
+        for k in range(args.fault_seeds):
+            seed = args.fault_seed + k
+            key = f"{name} (statistical)" if args.fault_seeds == 1 else f"{name} (statistical, seed {seed})"
+            jobs[key] = dict(tier="statistical", sets=sets + [f"seed={seed}"], env=f.get("env", {}), expect="fail")
         if args.replay:
             jobs[f"{name} (replay)"] = dict(tier="replay", sets=sets, env=f.get("env", {}), expect="fail")
     results: dict[str, dict] = {}

@@ -44,15 +44,21 @@ MEMORY_METRIC = "perf/max_memory_allocated_gb"
 BAND_EXCLUDED_SUFFIXES = ("/max", "/min")
 BAND_EXCLUDED_PREFIXES = ("training/rollout_probs_diff",)
 # Convergence metrics of the statistical tier: name -> (direction of a regression, scale, floor).
-# Only outcomes: the rewards, on the arcsine-square-root scale of a proportion (harness.stats). The
-# KL loss, clip fraction and entropy were tested too and were dropped, measured: against 10 seeds of
-# the main CPU smoke recipe they gave a false alarm (entropy, seed 1012) and no power — a KL
-# coefficient of 0 or a clip range of 0.5 moves none of them beyond the spread of fresh seeds over
-# 40 steps (|z| <= 3.3 vs up to 7 for clean seeds). Those faults are the replay tier's to catch.
+# One outcome, as MLPerf RCP tests one convergence metric: the training reward's late-window mean, on
+# the arcsine-square-root scale of a proportion (harness.stats), one-sided at the policy's alpha.
+# Measured (baselines/README.md), and dropped for it:
+# - the KL loss, clip fraction and entropy: a false alarm (entropy, seed 1012) and no power — a KL
+#   coefficient of 0 or a clip range of 0.5 moves none of them beyond the spread of fresh seeds over
+#   40 smoke steps (bench/fault_effects.py: no metric or window separates them, Mann-Whitney p >= 0.06);
+# - the validation reward: at smoke scale one or two evaluations of a small held-out set, close to a coin
+#   flip between seeds. Over two campaigns it gave 3 of the 4 false alarms (seeds 1011/1014 of the first,
+#   1012 of the 2026-12-02 one) and caught nothing the training reward did not. It stays gated bitwise
+#   (exact) and in the band, and the MLPerf convergence target uses it.
+# Faults below the seeds' spread are the replay tier's to catch.
 STATISTICAL: dict[str, tuple[str, str, float | None]] = {
     "critic/score/mean": ("higher-is-better", "asin-sqrt", None),
 }
-VAL_REWARD_PREFIX, VAL_REWARD_SUFFIX = "val-core/", "/reward/mean"
+VAL_REWARD_PREFIX = "val-core/"
 # Metrics whose ideal value is 0 and whose seed noise is float noise: an absolute floor instead.
 ATOL_OVERRIDES = {"critic/advantages/mean": 1e-5}
 # Not gated under replay: a replayed rollout has no generation-time log-probs and no validation.
@@ -61,7 +67,7 @@ REPLAY_EXCLUDED_PREFIXES = ("training/rollout_probs_diff", VAL_REWARD_PREFIX)
 DEFAULT_POLICY: dict[str, Any] = {
     "band": {"rtol": 0.05, "atol": 1e-8, "k_noise": 3.0, "noise_window": 2, "failures_per_50_steps": 1},
     # the last 20 % of the steps (MLPerf RCP's late window), alpha family-wise over the metrics
-    "statistical": {"window_fraction": 0.2, "alpha": 0.05, "practical_floor": 0.05},
+    "statistical": {"window_fraction": 0.2, "alpha": 0.01, "practical_floor": 0.05},
     # replay: per step, k x the distance of an fp64 replay from the fp32 baseline (running maximum up to two
     # steps ahead, tiers.EVENT_LEAD: the rounding error any other fp32 implementation also makes), scaled by how
     # much coarser the run's dtype rounds (bf16 vs fp32: 2^16); never below rtol_floor x the metric's RMS or atol (a clip fraction may
@@ -92,11 +98,7 @@ def is_timing(name: str) -> bool:
 
 def stat_spec(name: str) -> tuple[str, str, float | None] | None:
     """(direction, transform, practical floor or None = the policy's) of a statistical metric."""
-    if name in STATISTICAL:
-        return STATISTICAL[name]
-    if name.startswith(VAL_REWARD_PREFIX) and name.endswith(VAL_REWARD_SUFFIX):
-        return ("higher-is-better", "asin-sqrt", None)
-    return None
+    return STATISTICAL.get(name)
 
 
 def metric_tiers(name: str) -> list[str]:
