@@ -218,7 +218,11 @@ def test_flipped_advantage_sign_fails(work: Path, recorded: dict[str, Path]) -> 
     assert v["fault_injection"] == {"flip-advantage": True}
     assert any("fault injected" in n for n in v["notices"])
     assert v["tier"] == "exact" and failed(v, "exact")
-    assert "critic/score/mean" in failed(v, "statistical"), "the reward must collapse, not merely differ"
+    # the reward must collapse, not merely differ: far below the seeds on the tier's scale. Whether the statistical
+    # tier also FAILs it depends on its power, which 3 seeds of 12 steps do not give at alpha 0.01 (t with 2
+    # degrees of freedom); the tier's power is measured with 20 seeds (bench/verdict_power.py, baselines/README.md).
+    (stat,) = [c for c in v["checks"] if c["group"] == "statistical" and c["metric"] == "critic/score/mean"]
+    assert stat["run_value"] < 0.5 * stat["ref_value"], stat["detail"]
 
 
 def _steady_throughput(run_dir: Path, pol: dict[str, Any]) -> float:
