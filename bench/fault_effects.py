@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.baseline import is_timing, load_series  # noqa: E402
-from harness.stats import per_test_alpha, prediction_bound  # noqa: E402
+from harness.judge.baseline import is_timing, load_series  # noqa: E402
+from harness.judge.stats import per_test_alpha, prediction_bound  # noqa: E402
 
 NAME = re.compile(r"^(?P<fault>.+) \(statistical(?:, seed (?P<seed>\d+))?\)$")
 

@@ -28,8 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,8 +113,8 @@ def build_cfg(wl: dict[str, Any], device: torch.device, micro: int | None, lp_mi
     """The resolved recipe for W: scale ``reduced`` on gpu-1x-h200 when the recipe has it, else ``full``
     resolved on gpu-8x-h200-141g; either way patched explicitly below to exactly the benchmark's workload.
     Micro-batches left ``None`` keep the ``reduced`` scale's values (16 / 32 sequences without it)."""
+    from harness.config.recipe import resolve
     from harness.errors import HarnessError
-    from harness.recipe import resolve
 
     try:
         cfg, source = resolve(RECIPE, "gpu-1x-h200", "reduced").config, f"{RECIPE} gpu-1x-h200:reduced"

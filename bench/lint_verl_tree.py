@@ -17,7 +17,8 @@ import json
 import re
 import sys
 from collections import Counter, defaultdict
-from concurrent.futures import ProcessPoolExecutor, TimeoutError as FutureTimeout
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 ROOTS = ("examples", "recipe", "tests/special_e2e", "tests/special_npu")

@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402 - after the sys.path entry for the harness
 
 from harness import numerics  # noqa: E402
+from harness.config.recipe import resolve  # noqa: E402
 from harness.core.device import resolve_device, set_determinism, synchronize  # noqa: E402
 from harness.core.trainer import GRPOTrainer  # noqa: E402
-from harness.recipe import resolve  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

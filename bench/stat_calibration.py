@@ -1,9 +1,9 @@
 """False-alarm rate and power of the statistical tier's test, estimated by resampling every clean run at hand.
 
-Pools the late-window means of the tier's metric (``harness.baseline.STATISTICAL``) from a baseline's
+Pools the late-window means of the tier's metric (``harness.judge.baseline.STATISTICAL``) from a baseline's
 seeds and from ``bench/verdict_power.py`` campaigns (their clean ``seed N`` runs; fault runs are read
 as the faults), then, for each alpha and reference size n, draws n references and one candidate from
-the clean pool without replacement and applies the tier's test (:mod:`harness.stats`: olympic mean,
+the clean pool without replacement and applies the tier's test (:mod:`harness.judge.stats`: olympic mean,
 population sd, one-sided t prediction bound on the metric's scale). The fraction of clean candidates
 failed is the false-alarm rate; the fraction of fault runs failed (against the same draws of
 references) is the detection rate. Every clean run is a seed of the same recipe on one of the machines
@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import stats  # noqa: E402
-from harness.baseline import STATISTICAL, load_series, statistical_window, window_mean  # noqa: E402
+from harness.judge import stats  # noqa: E402
+from harness.judge.baseline import STATISTICAL, load_series, statistical_window, window_mean  # noqa: E402
 
 FAULT = re.compile(r"^(?P<fault>.+) \(statistical(?:, seed \d+)?\)$")
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from harness import __version__
 from harness.errors import HarnessError
-from harness.runtime.docker import LOCK_LABEL, SOURCE_LABEL, client, source_digest, source_files
+from harness.run.runtime.docker import LOCK_LABEL, SOURCE_LABEL, client, source_digest, source_files
 
 KINDS = ("cpu", "cuda", "ascend")
 IMAGE_NAMES = {"cpu": "harness-cpu", "cuda": "harness-cuda", "ascend": "harness-ascend"}

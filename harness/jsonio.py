@@ -13,6 +13,7 @@ larger than a limit, checked before anything is read into memory.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -286,3 +287,7 @@ def open_new(path: str | os.PathLike[str], *, append_existing: bool = False) -> 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     write_text_atomic(path, dumps(obj))
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

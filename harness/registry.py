@@ -3,7 +3,7 @@ rewards, synthetic tasks, tiers).
 
 A registry is a dict of name → implementation that refuses a name twice (a failed registration inserts
 nothing) and answers an unknown name with the valid ones. The JSON Schemas take their enums from the
-registries (:mod:`harness.schema_defs`), so adding an implementation is one decorated function and its
+registries (:mod:`harness.config.schema_defs`), so adding an implementation is one decorated function and its
 test; the schema and docs follow.
 """
 

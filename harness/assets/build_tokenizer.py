@@ -98,8 +98,17 @@ def corpus() -> list[str]:
 def build(out_dir: str | os.PathLike[str]) -> Path:
     """Train and write ``tokenizer.json`` + ``tokenizer_config.json`` into ``out_dir``."""
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from tokenizers import trainers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
     tok.normalizer = normalizers.NFC()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.recipe import SCALES_DEFAULT
+from harness.config.recipe import SCALES_DEFAULT
 
 
 def add_target_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +25,6 @@ def chosen_profile(args: argparse.Namespace) -> str:
     """--profile, else the shipped profile that fits the live machine."""
     if args.profile is not None:
         return str(args.profile)
-    from harness.profiles import live_profile_name
+    from harness.config.profiles import live_profile_name
 
     return live_profile_name()

@@ -5,9 +5,9 @@ recipe, safety pre-flight, the live machine compared with the profile (device mo
 driver and CUDA / CANN versions) — any problem refuses here, before a run directory exists (exit 2;
 safety findings exit 1). Then each entry runs (twice with a determinism repeat) inside the pinned
 image with ``--image``, else in this process or under torchrun as the recipe's world size needs, and
-is judged (:mod:`harness.certify`). Written into ``--out``: ``certificate.json`` (an in-toto
+is judged (:mod:`harness.judge.certify`). Written into ``--out``: ``certificate.json`` (an in-toto
 Statement in a DSSE envelope signed with ``--key``, or the bare Statement, UNSIGNED, without it;
-:mod:`harness.attest`), ``certificate.html`` and ``system-description.json`` (MLPerf's system
+:mod:`harness.judge.attest`), ``certificate.html`` and ``system-description.json`` (MLPerf's system
 description fields; :mod:`harness.mlperf`). The ``system`` block is derived from what the runs'
 manifests recorded, so verification can re-derive it. A ``--key`` that cannot be used refuses
 before anything runs. Exit 0 when every check passes, 1 otherwise.
@@ -24,14 +24,26 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.attest import load_signer, sign, statement
-from harness.certify import (CERT_FILE, HTML_FILE, baseline_profile, derive_system, entry_checks, input_digests,
-                             load_suite, package_inputs, rel, result_digests, summarize, system_disagreements)
-from harness.mlperf import SYSTEM_DESC_FILE, system_description
+from harness.config.schema import check
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
+from harness.judge.attest import load_signer, sign, statement
+from harness.judge.certify import (
+    CERT_FILE,
+    HTML_FILE,
+    baseline_profile,
+    derive_system,
+    entry_checks,
+    input_digests,
+    load_suite,
+    package_inputs,
+    rel,
+    result_digests,
+    summarize,
+    system_disagreements,
+)
+from harness.mlperf import SYSTEM_DESC_FILE, system_description
 from harness.paths import PROFILES_DIR, ROOT
-from harness.schema import check
 
 HELP = "Certify this machine against a hardware profile: run its suite, write a self-verifying certificate."
 
@@ -49,9 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _plan(entry: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
     """Resolve one entry and refuse (exit 2) what could not be certified, before anything runs."""
-    from harness.baseline import load_baseline
-    from harness.safety.check import preflight
-    from harness.recipe import resolve
+    from harness.config.recipe import resolve
+    from harness.config.safety.check import preflight
+    from harness.judge.baseline import load_baseline
 
     res = resolve(entry["recipe"], profile["name"], entry["scale"])
     ref = entry["numerics"]["reference_baseline"]
@@ -80,7 +92,7 @@ def _plan(entry: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
 def _runtime(image: str | None, plans: list[dict[str, Any]]) -> tuple[str, str | None, str | None]:
     """(runtime kind, image ref, image id)."""
     if image:
-        from harness.runtime.docker import docker_status
+        from harness.run.runtime.docker import docker_status
 
         ok, info = docker_status(image)
         if not ok:
@@ -91,7 +103,7 @@ def _runtime(image: str | None, plans: list[dict[str, Any]]) -> tuple[str, str |
 
 
 def _train(plan: dict[str, Any], run_dir: Path, runtime: str, image: str | None, quiet: bool) -> None:
-    from harness.runtime.launch import choose_runtime, train_stage
+    from harness.run.runtime.launch import choose_runtime, train_stage
 
     kind = runtime if runtime == "docker" or plan["world"] > 1 else "local"
     kind, img = choose_runtime(kind, plan["res"], image)
@@ -111,8 +123,8 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.profiles import load_profile, mismatches, probe_machine
-    from harness.record import git_revision, utc_now
+    from harness.config.profiles import load_profile, mismatches, probe_machine
+    from harness.run.record import git_revision, utc_now
 
     if os.environ.get("HARNESS_FAULT"):
         raise HarnessError("HARNESS_FAULT is set; a certificate must not be produced with a fault injected",

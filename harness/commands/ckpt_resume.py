@@ -11,9 +11,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
 from harness.commands import add_override_argument, add_target_arguments, chosen_profile
-from harness.recipe import resolve
+from harness.config.recipe import resolve
+from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
 
 HELP = "Check that an interrupted run resumes bit for bit (N straight vs N/2 + resume N/2)."
 
@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.checkpoint import ckpt_resume_check
+    from harness.run.checkpoint import ckpt_resume_check
 
     profile = chosen_profile(args)
     if args.steps < 2:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.compare import TIER_ORDER, judge
+from harness.judge.compare import TIER_ORDER, judge
 
 HELP = "Judge a finished run against its baseline (tiers exact / band / statistical); write verdict.json."
 
@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     verdict = judge(args.run_dir, None, baseline_path=args.baseline, tier=args.tier)
     if not args.no_report:
-        from harness.report import write_run_report
+        from harness.judge.report import write_run_report
 
         write_run_report(args.run_dir, verdict)
     summary = verdict.summary_line()

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.recipe import resolve
+    from harness.config.recipe import resolve
     from harness.verl.mapping import export_overrides, launcher_script, override_lines
 
     resolved = resolve(args.recipe, args.profile, args.scale)

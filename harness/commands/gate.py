@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _recipes(args: argparse.Namespace, profile: str) -> list[str]:
-    from harness.recipe import load_recipe_file, recipe_names, recipe_path
+    from harness.config.recipe import load_recipe_file, recipe_names, recipe_path
 
     if args.recipes:
         return [r.strip() for r in args.recipes.split(",") if r.strip()]
@@ -54,7 +54,7 @@ def _recipes(args: argparse.Namespace, profile: str) -> list[str]:
 
 
 def run_one(recipe: str, profile: str, args: argparse.Namespace) -> dict[str, Any]:
-    from harness.baseline import default_path
+    from harness.judge.baseline import default_path
 
     run_dir = args.out / recipe
     bpath = default_path(recipe, profile, args.scale, args.baselines)
@@ -68,8 +68,8 @@ def run_one(recipe: str, profile: str, args: argparse.Namespace) -> dict[str, An
         import shutil
 
         shutil.rmtree(run_dir)  # the gate owns <out>/<recipe>/: a previous gate's run is replaced
-    from harness.runtime.child import harness_run
-    from harness.runtime.spec import RunSpec
+    from harness.run.runtime.child import harness_run
+    from harness.run.runtime.spec import RunSpec
 
     cmd = RunSpec(recipe, profile, args.scale, out=str(run_dir), steps=args.steps, runtime=args.runtime, quiet=True,
                   baseline=str(bpath)).run_args()
@@ -92,9 +92,9 @@ def run_one(recipe: str, profile: str, args: argparse.Namespace) -> dict[str, An
 
 def ckpt_resume(result: dict[str, Any], recipe: str, profile: str, args: argparse.Namespace) -> None:
     """Add the checkpoint-resume check (N straight vs N/2 + resume N/2, bitwise) to ``result``."""
-    from harness.checkpoint import ckpt_resume_check
+    from harness.config.recipe import resolve
     from harness.errors import HarnessError
-    from harness.recipe import resolve
+    from harness.run.checkpoint import ckpt_resume_check
 
     print(f"gate: {recipe} ckpt-resume ...", file=sys.stderr, flush=True)
     try:
@@ -162,7 +162,7 @@ def markdown(results: list[dict[str, Any]], profile: str) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.report import write_gate_report
+    from harness.judge.report import write_gate_report
 
     profile = chosen_profile(args)
     args.out.mkdir(parents=True, exist_ok=True)

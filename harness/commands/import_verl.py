@@ -13,8 +13,8 @@ import re
 import sys
 from pathlib import Path
 
+from harness.config.schema_defs import FAMILIES
 from harness.errors import EXIT_OK, HarnessError
-from harness.schema_defs import FAMILIES
 
 HELP = "import a verl launcher script as a recipe (static; the script is never run)"
 

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.attest import keygen
+    from harness.judge.attest import keygen
 
     priv, pub, keyid = keygen(args.out, force=args.force)
     print(f"private key: {priv} (mode 0600; keep it secret: `harness certify PROFILE --key {priv}`)")

@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.profiles import load_profile
+    from harness.config.profiles import load_profile
     from harness.verl.lint import lint_file
 
     profile = load_profile(args.profile) if args.profile else None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from harness.config.profiles import load_profile, mismatches, probe_machine, profile_names
 from harness.errors import EXIT_OK
-from harness.profiles import load_profile, mismatches, probe_machine, profile_names
 
 HELP = "Show the live machine and which hardware profiles it matches."
 

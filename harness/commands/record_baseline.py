@@ -16,8 +16,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness.errors import EXIT_OK, HarnessError
 from harness.commands import add_target_arguments, chosen_profile
+from harness.errors import EXIT_OK, HarnessError
 
 HELP = "Record a baseline from N seeded runs (noise floor, throughput, memory, tolerance policy)."
 
@@ -38,11 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.baseline import default_path
-    from harness.baseline_record import record
-    from harness.safety.check import preflight
-    from harness.recipe import resolve
-    from harness.record import default_run_dir
+    from harness.config.recipe import resolve
+    from harness.config.safety.check import preflight
+    from harness.judge.baseline import default_path
+    from harness.judge.baseline_record import record
+    from harness.run.record import default_run_dir
 
     if args.steps is not None and args.steps < 1:
         raise HarnessError(f"--steps must be >= 1, got {args.steps}", key_path="--steps", fix="give a positive count")
@@ -56,7 +56,7 @@ def execute(args: argparse.Namespace) -> int:
         f"harness record-baseline {res.name} --profile {profile} --scale {args.scale} --seeds {args.seeds}"
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     if args.throughput_only:
-        from harness.baseline_record import record_throughput
+        from harness.judge.baseline_record import record_throughput
 
         ref = record_throughput(args.recipe, profile, args.scale, runs=args.seeds, steps=args.steps, out=out,
                                 runs_dir=runs_dir, progress=not args.quiet, force=args.force, log=log)

@@ -20,8 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness import report
-    from harness.schema import check
+    from harness.config.schema import check
+    from harness.judge import report
 
     d: Path = args.run_dir
     if (d / "gate.json").is_file():
@@ -32,7 +32,7 @@ def execute(args: argparse.Namespace) -> int:
             verdict = load_json_strict(vpath)
             check(verdict, "verdict", str(vpath))
         else:
-            from harness.compare import judge
+            from harness.judge.compare import judge
 
             verdict = judge(d, None)
         path = report.write_run_report(d, verdict)

@@ -10,12 +10,12 @@ import os
 import sys
 from pathlib import Path
 
-from harness.errors import EXIT_OK, HarnessError
-from harness.safety.check import preflight
 from harness.commands import add_override_argument, add_target_arguments, chosen_profile
-from harness.recipe import Resolved, resolve
-from harness.record import default_run_dir
-from harness.runtime.launch import choose_runtime, train_stage
+from harness.config.recipe import Resolved, resolve
+from harness.config.safety.check import preflight
+from harness.errors import EXIT_OK, HarnessError
+from harness.run.record import default_run_dir
+from harness.run.runtime.launch import choose_runtime, train_stage
 
 HELP = "Run a recipe (GRPO training) and judge it against its baseline."
 RUNTIMES = ("auto", "local", "docker", "torchrun")
@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "run); default: exact when this machine can reproduce the baseline bitwise, else replay")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an unfinished run from its newest "
                    "complete checkpoint (the original --set overrides and --steps are reused; see "
-                   "harness/checkpoint.py for the rule)")
+                   "harness/run/checkpoint.py for the rule)")
     p.add_argument("--no-report", action="store_true", help="judge without rendering report.html and its plots "
                    "(verdict.json and the summary line are written as always)")
     p.add_argument("--nproc-per-node", type=int, help="torchrun processes per node on the cpu profile "
@@ -67,8 +67,8 @@ def plan_replay(args: argparse.Namespace, res: Resolved, runtime: str) -> Path |
     software version, numerics pin, device, …): then a free run could only be judged statistically,
     while a replay checks every training step.
     """
-    from harness import environment
-    from harness.baseline import default_path, load_baseline
+    from harness.judge.baseline import default_path, load_baseline
+    from harness.run import environment
 
     forced = getattr(args, "tier", None)
     path = args.baseline or default_path(res.name, res.profile_name, res.scale)
@@ -127,7 +127,7 @@ def _same_run(run_dir: Path, res: Resolved) -> bool:
 def choose_run_dir(args: argparse.Namespace, res: Resolved) -> Path:
     """The run directory: new or empty, or a run to continue; sets ``args.resume`` when the run there is
     continued (``resume_mode: auto``). Anything else is refused: nothing in it is overwritten."""
-    from harness.checkpoint import auto_resumable
+    from harness.run.checkpoint import auto_resumable
 
     if args.resume is not None:
         if _listing(args.resume) is None:
@@ -152,12 +152,12 @@ def choose_run_dir(args: argparse.Namespace, res: Resolved) -> Path:
 
 def check_resume(args: argparse.Namespace, res: Resolved, run_dir: Path, runtime: str) -> None:
     """Refuse a resume before launching anything (each rank checks again); default --steps to the original."""
-    from harness.checkpoint import plan_resume
+    from harness.run.checkpoint import plan_resume
 
     if runtime == "docker":
         return  # checked inside the container
     if runtime == "torchrun":
-        from harness.runtime.rank import cpu_world
+        from harness.run.runtime.rank import cpu_world
 
         res = cpu_world(res, args.nproc_per_node or res.config["trainer"]["n_gpus_per_node"])
     world = res.config["trainer"]["nnodes"] * res.config["trainer"]["n_gpus_per_node"] if runtime == "torchrun" else 1
@@ -167,10 +167,10 @@ def check_resume(args: argparse.Namespace, res: Resolved, run_dir: Path, runtime
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.checkpoint import read_manifest, resume_overrides
+    from harness.run.checkpoint import read_manifest, resume_overrides
 
     if args.baseline is not None and args.stage == "all":
-        from harness.compare import require_baseline_file
+        from harness.judge.compare import require_baseline_file
 
         require_baseline_file(args.baseline)  # before any training: a typo is bad input
     if args.resume is not None and args.profile is None:
@@ -198,11 +198,11 @@ def execute(args: argparse.Namespace) -> int:
 
 def judge_and_report(res: Resolved, run_dir: Path, *, baseline: Path | None, quiet: bool,
                      tier: str | None = None, report: bool = True) -> int:
-    from harness.compare import judge
+    from harness.judge.compare import judge
 
     verdict = judge(run_dir, res, baseline_path=baseline, tier=tier)
     if report:
-        from harness.report import write_run_report
+        from harness.judge.report import write_run_report
 
         write_run_report(run_dir, verdict)
     print(verdict.summary_line())

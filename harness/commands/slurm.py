@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 
 from harness.commands import add_override_argument, add_target_arguments, chosen_profile
+from harness.config.recipe import resolve
+from harness.config.safety.check import preflight
 from harness.errors import EXIT_OK, HarnessError
 from harness.jsonio import write_text_atomic
-from harness.recipe import resolve
-from harness.safety.check import preflight
 
 HELP = "Write the Slurm batch script of a multi-node run (sbatch it on the cluster)."
 
@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.runtime.torchrun import sbatch_script
+    from harness.run.runtime.torchrun import sbatch_script
 
     if args.steps is not None and args.steps < 1:
         raise HarnessError(f"--steps must be >= 1, got {args.steps}", key_path="--steps", fix="give 1 or more")

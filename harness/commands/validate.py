@@ -16,14 +16,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.recipe import (
+    load_recipe_file,
+    overridable_keys,
+    parse_override,
+    recipe_names,
+    recipe_path,
+    resolve,
+    supported_pairs,
+)
+from harness.config.safety import RULES, Finding
+from harness.config.safety.check import check_resolved, label
+from harness.config.schema import SchemaErrors, check
 from harness.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, HarnessError
 from harness.jsonio import load_json_strict
 from harness.paths import PROFILES_DIR
-from harness.recipe import (load_recipe_file, overridable_keys, parse_override, recipe_names, recipe_path, resolve,
-                            supported_pairs)
-from harness.safety import RULES, Finding
-from harness.safety.check import check_resolved, label
-from harness.schema import SchemaErrors, check
 
 HELP = "Check recipes and profiles (schema, scale/profile patches, overrides, safety rules); run nothing."
 
@@ -133,7 +140,7 @@ def _check_recipe(ref: str, args: argparse.Namespace, report: _Report, *, explic
 
 
 def _list_rules(as_json: bool) -> int:
-    from harness.safety import rules as _rules  # noqa: F401  (registers the rules)
+    from harness.config.safety import rules as _rules  # noqa: F401  (registers the rules)
 
     rows = [{"id": r.id, "severity": r.severity, "summary": r.summary} for r in RULES.values()]
     if as_json:
@@ -158,7 +165,7 @@ def execute(args: argparse.Namespace) -> int:
         return _list_overrides(args.json)
     for text in args.overrides:  # a bad override is bad input for every recipe: refuse once, up front
         parse_override(text)
-    from harness.safety import rules as _rules  # noqa: F401  (registers the rules before any run)
+    from harness.config.safety import rules as _rules  # noqa: F401  (registers the rules before any run)
 
     report = _Report()
     explicit = bool(args.paths)

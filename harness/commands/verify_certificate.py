@@ -1,7 +1,7 @@
 """`harness verify-certificate FILE --pubkey PUB [--root REPO]`: prove a certificate still describes its files.
 
 Opens the certificate (a DSSE envelope holding an in-toto Statement, or a bare unsigned Statement;
-:mod:`harness.attest`), checks the signature against ``--pubkey``, the Statement's subjects
+:mod:`harness.judge.attest`), checks the signature against ``--pubkey``, the Statement's subjects
 against its digests, validates the certificate document against its schema, recomputes the
 SHA-256 of every input (relative to ``--root``; default the certificate's own ``inputs/`` copy when it
 has one, else this checkout; ``--root .`` asks whether this checkout still matches) and every result (relative
@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.certify import verify
+    from harness.judge.certify import verify
 
     v = verify(args.file, args.root, args.pubkey)
     for line in v.problems:

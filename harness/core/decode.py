@@ -17,8 +17,8 @@ The mask is built here as a 4-D boolean tensor, which transformers passes to the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 

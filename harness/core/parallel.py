@@ -27,7 +27,6 @@ from harness.core.trainer import Dist
 from harness.devices import DEVICE_KINDS
 
 
-
 def collective_timeout_s() -> float:
     return float(os.environ.get("HARNESS_COLLECTIVE_TIMEOUT_S", "300"))
 

@@ -22,7 +22,6 @@ from torch import Tensor
 from harness.core.decode import decoder_for
 from harness.core.models import forward_logits, next_positions, position_ids, upcast
 
-
 PROMPT_POSITIONS = "prompt_positions"  # tensors key: the prompts' positions (B, P) or (B, 3, P), rows first
 
 

@@ -21,8 +21,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from harness.core import algos
-from harness.core.models import (forward_hidden, forward_logits, masked_position, next_positions, position_ids,
-                                 upcast)
+from harness.core.models import forward_hidden, forward_logits, masked_position, next_positions, position_ids, upcast
 from harness.core.rollout import PROMPT_POSITIONS, RolloutBatch
 
 

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from harness import __version__
-from harness.core.device import adamw_kernel
 from harness.core.data import demo_response
+from harness.core.device import adamw_kernel
 from harness.core.rollout import RolloutBatch
 from harness.core.update import sequence_logprobs
 from harness.errors import HarnessError

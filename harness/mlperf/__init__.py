@@ -32,9 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from harness.jsonio import write_text_atomic
+from harness.mlperf.benchmarks import (  # noqa: F401 (re-exported)
+    EVAL_PREFIX,
+    EVAL_SUFFIX,
+    LOG_FILE,
+    ORG,
+    RULESET,
+    SYSTEM_DESC_FILE,
+    benchmark_name,
+    convergence_target,
+    run_constants,
+)
 from harness.paths import ROOT
-from harness.mlperf.benchmarks import (EVAL_PREFIX, EVAL_SUFFIX, LOG_FILE, ORG, RULESET,  # noqa: F401 (re-exported)
-                                      SYSTEM_DESC_FILE, benchmark_name, convergence_target, run_constants)
 
 
 def eval_accuracy(metrics: dict[str, Any]) -> float | None:

@@ -32,8 +32,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.mlperf.benchmarks import (EVAL_PREFIX, EVAL_SUFFIX, RULESET, benchmark_name,  # noqa: F401 (re-exported)
-                                      convergence_target, references, run_constants)
+from harness.mlperf.benchmarks import (  # noqa: F401 (re-exported)
+    EVAL_PREFIX,
+    EVAL_SUFFIX,
+    RULESET,
+    benchmark_name,
+    convergence_target,
+    references,
+    run_constants,
+)
 from harness.paths import ROOT
 
 RULES_DIR = Path(__file__).resolve().parent / "rules" / f"training_{RULESET}"
@@ -100,7 +107,7 @@ def common_yaml(benchmarks: list[str]) -> str:
 
 
 def benchmark_yaml(name: str, ref: dict[str, Any]) -> str:
-    from harness.recipe import resolve
+    from harness.config.recipe import resolve
 
     res = resolve(ref["recipe"], ref["profile"], ref["scale"])
     consts = run_constants(res.config)

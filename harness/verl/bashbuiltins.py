@@ -13,8 +13,18 @@ import fnmatch
 from typing import Any
 
 from harness.verl.bashtree import Redirect
-from harness.verl.bashwords import (Chunk, Field, Shell, Unknown, first_offset, join_items, split_fields, text_of,
-                                    unknowns, word_end)
+from harness.verl.bashwords import (
+    Chunk,
+    Field,
+    Shell,
+    Unknown,
+    first_offset,
+    join_items,
+    split_fields,
+    text_of,
+    unknowns,
+    word_end,
+)
 
 BUILTINS = {"set": "set", "unset": "unset", "source": "source", ".": "source", "eval": "eval",
             "shift": "shift", "exit": "exit", "return": "return", "true": "true", ":": "true", "false": "false",

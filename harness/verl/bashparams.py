@@ -13,8 +13,19 @@ import fnmatch
 from typing import Any
 
 from harness.verl import bashmath
-from harness.verl.bashtypes import (ENVIRONMENT, Chunk, Field, Issue, Item, join_items, multi, requote, text_of,
-                                    unknown_chunk, unknowns)
+from harness.verl.bashtypes import (
+    ENVIRONMENT,
+    Chunk,
+    Field,
+    Issue,
+    Item,
+    join_items,
+    multi,
+    requote,
+    text_of,
+    unknown_chunk,
+    unknowns,
+)
 
 
 class ParamExpansion:

@@ -17,12 +17,38 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.verl.bashparams import ParamExpansion
-from harness.verl.bashscan import (BashSyntaxError, skip_ansi, skip_arith, skip_backtick, skip_braced, skip_dollar,
-                                   skip_double, skip_old_arith, skip_single)
+from harness.verl.bashscan import (
+    BashSyntaxError,
+    skip_ansi,
+    skip_arith,
+    skip_backtick,
+    skip_braced,
+    skip_dollar,
+    skip_double,
+    skip_old_arith,
+    skip_single,
+)
 from harness.verl.bashtree import Heredoc, parse
-from harness.verl.bashtypes import (BREAK, ENVIRONMENT, IFS, META, Chunk, Field, Issue, Item, Unknown, Var,
-                                    first_offset, join_items, quoted_part, split_fields, text_of, unknown_chunk, unknowns,
-                                    word_end)
+from harness.verl.bashtypes import (
+    BREAK,
+    ENVIRONMENT,
+    IFS,
+    META,
+    Chunk,
+    Field,
+    Issue,
+    Item,
+    Unknown,
+    Var,
+    first_offset,
+    join_items,
+    quoted_part,
+    split_fields,
+    text_of,
+    unknown_chunk,
+    unknowns,
+    word_end,
+)
 
 MAX_VALUE = 131_072  # characters in one value (Linux refuses a longer single argument: MAX_ARG_STRLEN)
 MAX_WORK = 10_000_000  # characters expanded in one script

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.recipe import deep_merge, get_dotted, load_recipe_file, recipe_names, recipe_path, set_dotted
+from harness.config.safety import RuleContext, run_rules
+from harness.config.safety.check import iter_errors
+from harness.config.safety.code_loading import is_code_loading_key, is_enabled
+from harness.config.schema import schema_errors
 from harness.errors import HarnessError
-from harness.recipe import deep_merge, get_dotted, load_recipe_file, recipe_names, recipe_path, set_dotted
-from harness.safety import RuleContext, run_rules
-from harness.safety.check import iter_errors
-from harness.safety.code_loading import is_code_loading_key, is_enabled
-from harness.schema import schema_errors
 from harness.verl.lint import LintResult, TrainerCall, recipe_for_model
 from harness.verl.mapping import MODEL_PATH, NO_VERL_DEFAULT, mapped_keys
 from harness.verl.overrides import MISSING, get_path
@@ -166,7 +166,7 @@ def _dataset(out: Imported, call: TrainerCall) -> None:
 
 
 def _profiles(out: Imported, template: dict[str, Any]) -> None:
-    from harness.profiles import load_profile
+    from harness.config.profiles import load_profile
 
     trainer = out.recipe["trainer"]
     world = trainer["nnodes"] * trainer["n_gpus_per_node"] if all(
@@ -232,7 +232,7 @@ def _validate(out: Imported, template: dict[str, Any]) -> None:
 
 def _rule_errors(config: dict[str, Any], profile_name: str) -> list[tuple[str, str, str]]:
     """The safety rules' errors for one resolved (profile, scale) pair, as ``harness validate`` runs them."""
-    from harness.profiles import load_profile
+    from harness.config.profiles import load_profile
 
     model = config.get("model")
     arch = model.get("architecture") if isinstance(model, dict) else None

@@ -2,7 +2,7 @@
 
 The script is evaluated without running it (:mod:`harness.verl.bashparse`); each trainer command
 line's Hydra overrides are merged over verl's defaults (:mod:`harness.verl.overrides`) and the
-result is checked by the shared config-safety rules (:mod:`harness.safety.rules`, the ones that
+result is checked by the shared config-safety rules (:mod:`harness.config.safety.rules`, the ones that
 are about verl, not about this harness's own engine) plus the launcher-only rules registered
 here. Findings carry the script line of the override (or of the string it was defined in).
 """
@@ -15,13 +15,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from harness.config.safety import RULES, Finding, RuleContext, run_rules
+from harness.config.safety import rules as _shared_rules  # noqa: F401  (registers the shared rules first)
 from harness.errors import HarnessError
 from harness.registry import Registry
-from harness.safety import RULES, Finding, RuleContext, run_rules
-from harness.safety import rules as _shared_rules  # noqa: F401  (registers the shared rules first)
 from harness.verl.bashparse import Arg, Evaluation, Invocation, ScriptError, evaluate_script
-from harness.verl.overrides import (HYDRA_FLAGS, MISSING, Override, engines, get_path, known_key, merged_config,
-                                    parse_override, set_path)
+from harness.verl.overrides import (
+    HYDRA_FLAGS,
+    MISSING,
+    Override,
+    engines,
+    get_path,
+    known_key,
+    merged_config,
+    parse_override,
+    set_path,
+)
 
 # Shared safety rules that mirror verl's own startup checks (the rest are about this harness's engine).
 VERL_RULES = ("code-loading-key", "max-model-len-too-small", "max-model-len-exceeds-positions",
@@ -420,7 +429,7 @@ def _revision() -> str:
 @functools.cache
 def _known_models() -> tuple[tuple[str, str, str], ...]:
     """(model-name basename lowercased, recipe name, family) for the shipped recipes."""
-    from harness.recipe import load_recipe_file, recipe_names, recipe_path
+    from harness.config.recipe import load_recipe_file, recipe_names, recipe_path
 
     out = []
     for name in recipe_names():
@@ -448,6 +457,6 @@ def architecture_for(config: dict[str, Any]) -> dict[str, Any] | None:
     found = recipe_for_model(get_path(config, "actor_rollout_ref.model.path"))
     if found is None:
         return None
-    from harness.recipe import load_recipe_file, recipe_path
+    from harness.config.recipe import load_recipe_file, recipe_path
 
     return load_recipe_file(recipe_path(found[0]))["model"]["architecture"]

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from harness.config.safety.code_loading import is_code_loading_key, is_enabled
 from harness.errors import HarnessError
-from harness.safety.code_loading import is_code_loading_key, is_enabled
 from harness.verl.overrides import format_value, known_key
 
 SECTIONS = ("data", "algorithm", "actor_rollout_ref", "trainer", "custom_reward_function")
@@ -85,7 +85,7 @@ def export_overrides(config: dict[str, Any]) -> list[tuple[str, Any]]:
     Code-loading keys are never written (verl's defaults keep them off); a config that turns one on
     is refused. A null data file becomes the conventional ``$HOME/data/<dataset>/<split>.parquet``.
     """
-    from harness.recipe import get_dotted
+    from harness.config.recipe import get_dotted
 
     on = [k for k, v in recipe_leaves(config) if is_code_loading_key(k) and is_enabled(v)]
     if on:

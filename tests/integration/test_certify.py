@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from harness.attest import load_signer, open_certificate, sign, statement
+from harness.config.schema import schema_errors
 from harness.jsonio import load_json_strict
-from harness.schema import schema_errors
+from harness.judge.attest import load_signer, open_certificate, sign, statement
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,7 +196,7 @@ def test_not_a_certificate_is_bad_input(work: Path, certified: dict[str, Any]) -
 
 def test_forgery_with_recomputed_digests_fails_on_the_signature(work: Path, certified: dict[str, Any]) -> None:
     """The review's forgery: edit results, recompute digests and checks with the harness's functions."""
-    from harness.certify import entry_checks, result_digests, summarize
+    from harness.judge.certify import entry_checks, result_digests, summarize
     from harness.paths import ROOT as HROOT
 
     cert = copy_cert(certified, work / "t-forge")
@@ -209,7 +209,7 @@ def test_forgery_with_recomputed_digests_fails_on_the_signature(work: Path, cert
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     run_dirs = [cert.parent / r for r in doc["entries"][0]["runs"]]
     doc["results"] = result_digests(cert.parent, [(ENTRY, run_dirs)])
-    from harness.certify import load_suite_file
+    from harness.judge.certify import load_suite_file
 
     suite = load_suite_file(HROOT / doc["suite"]["path"], "cpu")
     doc["checks"] = entry_checks(suite["entries"][0], load_json_strict(HROOT / doc["profile"]["path"]),
@@ -267,7 +267,7 @@ def test_mismatched_profile_is_refused_before_anything_runs(work: Path) -> None:
 def test_cross_vendor_reference_is_judged_statistically(work: Path, certified: dict[str, Any]) -> None:
     """A run of another profile (an NPU run against the GPU reference) is judged with the statistical tier: its
     trajectory need not follow the reference's step by step."""
-    from harness.certify import judge_reference
+    from harness.judge.certify import judge_reference
 
     run = work / "cross" / "run"
     shutil.copytree(certified["dir"] / "runs" / ENTRY / "run-1", run)

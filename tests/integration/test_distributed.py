@@ -83,7 +83,7 @@ def test_killed_rank_fails_the_run_fast(tmp_path: Path) -> None:
     while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
         time.sleep(0.5)
     assert metrics.is_file(), "the run never wrote a step"
-    ranks = subprocess.run(["pgrep", "-f", "harness.runtime.rank"], capture_output=True, text=True).stdout.split()
+    ranks = subprocess.run(["pgrep", "-f", "harness.run.runtime.rank"], capture_output=True, text=True).stdout.split()
     victim = None
     for pid in ranks:
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")

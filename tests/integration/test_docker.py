@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.images import image_tag
-from harness.runtime import docker as rt
+from harness.run.runtime import docker as rt
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.checkpoint import ckpt_resume_check, metric_mismatch
+from harness.config.recipe import resolve
 from harness.errors import HarnessError
-from harness.recipe import resolve
-from harness.record import read_metrics
+from harness.run.checkpoint import ckpt_resume_check, metric_mismatch
+from harness.run.record import read_metrics
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import attest as A
 from harness.errors import HarnessError
+from harness.judge import attest as A
 
 DOC = {"inputs": [{"role": "suite", "path": "recipes/certification/cpu.json", "value": None, "sha256": "a" * 64},
                   {"role": "image-id", "path": None, "value": "sha256:x", "sha256": "b" * 64}],

@@ -8,23 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from harness import certify as C
+from harness.config.profiles import load_profile, profile_names
+from harness.config.schema_defs import all_schemas, render
 from harness.errors import HarnessError
+from harness.judge import certify as C
 from harness.paths import SCHEMAS_DIR
-from harness.profiles import load_profile, profile_names
-from harness.schema_defs import all_schemas, render
 
 
 def test_generated_cert_schemas_are_committed() -> None:
     for name in ("suite.schema.json", "certificate.schema.json"):
         assert (SCHEMAS_DIR / name).read_text() == render(all_schemas()[name]), \
-            f"{name} is stale: run python -m harness.schema_defs"
+            f"{name} is stale: run python -m harness.config.schema_defs"
 
 
 @pytest.mark.parametrize("profile", profile_names())
 def test_every_profile_has_a_runnable_suite(profile: str) -> None:
-    from harness.safety.check import preflight
-    from harness.recipe import resolve
+    from harness.config.recipe import resolve
+    from harness.config.safety.check import preflight
 
     prof = load_profile(profile)
     path, suite = C.load_suite(profile)
@@ -139,7 +139,7 @@ def test_verify_bad_input_and_schema(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match="not a certificate") as err:
         C.verify(p)
     assert err.value.exit_code == 2
-    from harness.attest import statement
+    from harness.judge.attest import statement
 
     p.write_text(json.dumps(statement({"inputs": [], "results": [], "checks": []})))
     v = C.verify(p)

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from harness import checkpoint as ck
+from harness.config.recipe import resolve
 from harness.core.trainer import Dist, GRPOTrainer
 from harness.errors import HarnessError
-from harness.recipe import resolve
-from harness.record import read_metrics, truncate_metrics
+from harness.run import checkpoint as ck
+from harness.run.record import read_metrics, truncate_metrics
 
 
 class _Loader:
@@ -178,7 +178,7 @@ def test_metric_mismatch_and_exit_codes() -> None:
 
 
 def test_stop_signals_finish_the_step() -> None:
-    from harness.runner import _StopSignals
+    from harness.run.runner import _StopSignals
 
     before = signal.getsignal(signal.SIGTERM)
     with _StopSignals() as stop:
@@ -191,7 +191,7 @@ def test_stop_signals_finish_the_step() -> None:
 def test_signals_before_training_interrupt_a_blocking_read(tmp_path: Path) -> None:
     import threading
 
-    from harness.runner import StoppedEarly, _StopSignals
+    from harness.run.runner import StoppedEarly, _StopSignals
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

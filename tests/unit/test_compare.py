@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import baseline as B
-from harness import compare as C
-from harness import environment as E
-from harness import tiers as T
+from harness.config.schema import check, schema_errors
+from harness.config.schema_defs import all_schemas, render
 from harness.errors import HarnessError
 from harness.jsonio import write_json_atomic
-from harness.schema import check, schema_errors
-from harness.schema_defs import all_schemas, render
+from harness.judge import baseline as B
+from harness.judge import compare as C
+from harness.judge import tiers as T
 from harness.paths import SCHEMAS_DIR
+from harness.run import environment as E
 
 STEPS = 20
 
@@ -189,7 +189,7 @@ def test_statistical_one_sided():
 def test_statistical_bound_matches_the_t_distribution():
     from scipy import stats as st
 
-    from harness import stats
+    from harness.judge import stats
 
     b = stats.prediction_bound([0.8, 0.9, 1.0], 0.05, 0.01)  # fewer than 5: plain mean, sample sd
     assert b.centre == pytest.approx(0.9) and b.sd == pytest.approx(0.1)
@@ -200,7 +200,7 @@ def test_statistical_bound_matches_the_t_distribution():
 
 
 def test_olympic_mean_drops_one_extreme_each_side_from_five_values():
-    from harness import stats
+    from harness.judge import stats
 
     assert stats.olympic_mean([1.0, 2.0, 3.0, 4.0]) == 2.5  # too few: plain mean
     assert stats.olympic_mean([0.0, 2.0, 3.0, 4.0, 100.0]) == 3.0
@@ -208,7 +208,7 @@ def test_olympic_mean_drops_one_extreme_each_side_from_five_values():
 
 
 def test_bonferroni_splits_alpha_over_metrics_and_tails():
-    from harness import stats
+    from harness.judge import stats
 
     assert stats.per_test_alpha(0.05, 5, "higher-is-better") == pytest.approx(0.01)
     assert stats.per_test_alpha(0.05, 5, "two-sided") == pytest.approx(0.005)
@@ -218,7 +218,7 @@ def test_bonferroni_splits_alpha_over_metrics_and_tails():
 
 
 def test_statistical_tests_rewards_on_the_arcsine_scale():
-    from harness import stats
+    from harness.judge import stats
 
     seeds = [_series(lambda k, f=f: f) for f in (0.99, 0.97, 1.0, 0.98, 0.96)]
     base = _baseline({"critic/score/mean": {"ref": seeds[0], "noise": seeds[1:]}})
@@ -249,7 +249,7 @@ def test_statistical_rule_is_the_harness_not_the_baseline():
 
 
 def test_transform_domain_and_shortfall_directions():
-    from harness import stats
+    from harness.judge import stats
 
     assert stats.applicable_transform("asin-sqrt", [0.0, 1.0]) == "asin-sqrt"
     assert stats.applicable_transform("asin-sqrt", [0.5, 1.0000001]) == "identity"
@@ -310,8 +310,8 @@ def test_memory_ceiling():
 @pytest.fixture(scope="module")
 def manifest():
     """A real manifest for the qwen3_vl_30b cpu smoke recipe (built, not run)."""
-    from harness.recipe import resolve
-    from harness.runner import base_manifest
+    from harness.config.recipe import resolve
+    from harness.run.runner import base_manifest
 
     res = resolve("qwen3_vl_30b", "cpu", "smoke")
     m = base_manifest(res, steps=4, runtime="local", world=1, fault={})
@@ -493,7 +493,7 @@ def test_a_run_that_reproduces_the_bits_is_exact_whatever_the_environment(tmp_pa
 def test_generated_record_schemas_are_committed():
     for name in ("manifest.schema.json", "baseline.schema.json", "verdict.schema.json"):
         assert (SCHEMAS_DIR / name).read_text() == render(all_schemas()[name]), \
-            f"{name} is stale: run python -m harness.schema_defs"
+            f"{name} is stale: run python -m harness.config.schema_defs"
 
 
 def test_committed_baselines_pass_their_schema():
@@ -718,7 +718,7 @@ def test_a_busy_machine_gets_no_throughput_verdict_but_a_slow_idle_one_fails():
     """Other processes (or the hypervisor) taking saturated CPUs is not a regression: the verdict says the
     machine was busy instead of failing. Contended steps are left out when enough steps remain; a run
     slowed with the CPUs idle around it (the code itself slower) still fails."""
-    from harness.cpuload import IDLE_METRIC, OTHERS_METRIC
+    from harness.run.cpuload import IDLE_METRIC, OTHERS_METRIC
 
     base = _baseline({}, throughput=1000.0)
 

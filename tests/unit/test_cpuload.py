@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from harness import baseline as B
-from harness import cpuload as L
+from harness.judge import baseline as B
+from harness.run import cpuload as L
 
 STAT = """cpu  500 0 100 300 0 0 0 10 0 0
 cpu0 200 0 50 150 0 0 0 5 0 0

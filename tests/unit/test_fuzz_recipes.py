@@ -152,7 +152,7 @@ def test_extreme_integers_reach_the_rules(key, value, pair):
 
 @functools.cache
 def _resolved() -> list:
-    from harness.recipe import resolve
+    from harness.config.recipe import resolve
 
     return [resolve("qwen3_vl_30b", p, s) for p, s in PAIRS]
 
@@ -162,7 +162,7 @@ def _resolved() -> list:
        st.integers(min_value=0, max_value=len(PAIRS) - 1))
 def test_rules_never_raise_on_unchecked_configs(changes, which):
     """The lint tool feeds the rules configs no schema has checked: any value type must be survivable."""
-    from harness.safety import RuleContext, run_rules
+    from harness.config.safety import RuleContext, run_rules
 
     res = _resolved()[which]
     config = copy.deepcopy(res.config)

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import hooks as H
 from harness.errors import HarnessError
+from harness.run import hooks as H
 
 
 def test_faults_parse_or_fail_in_one_line():

@@ -20,7 +20,7 @@ import pytest
 
 from harness import images
 from harness.errors import HarnessError
-from harness.runtime import docker as rt
+from harness.run.runtime import docker as rt
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "images"
@@ -338,7 +338,7 @@ def test_run_dir_for_a_non_root_caller_is_shared_through_its_group(tmp_path: Pat
 
 def test_source_digest_names_a_stale_image(tmp_path: Path) -> None:
     """An image built from other sources than the checkout is detected (auto falls back, docker refuses)."""
-    from harness.runtime.docker import SOURCE_LABEL, source_digest, stale_reason
+    from harness.run.runtime.docker import SOURCE_LABEL, source_digest, stale_reason
 
     for rel, text in {"harness/a.py": "x = 1\n", "harness/assets/t.json": "{}", "recipes/hardware/cpu.json": "{}",
                       "schemas/v1/r.json": "{}", "pyproject.toml": "[project]\n"}.items():

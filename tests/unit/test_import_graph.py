@@ -79,7 +79,7 @@ def test_commands_do_not_import_each_other() -> None:
     graph = edges(modules())
     commands = {m for m in graph if m.startswith("harness.commands.")}
     crossing = sorted(f"{m} -> {t}" for m in commands for t in graph[m] if t in commands)
-    assert crossing == [], "move what two commands share out of harness/commands/ (e.g. harness/runtime/launch.py)"
+    assert crossing == [], "move what two commands share out of harness/commands/ (e.g. harness/run/runtime/launch.py)"
 
 
 def test_nothing_below_the_commands_imports_them() -> None:
@@ -87,3 +87,51 @@ def test_nothing_below_the_commands_imports_them() -> None:
     upward = sorted(f"{m} -> {t}" for m in graph if not m.startswith(("harness.commands", "harness.cli"))
                     for t in graph[m] if t.startswith("harness.commands"))
     assert upward == []
+
+
+# The pipeline, lowest layer first: a module imports only from its own layer or below. The foundation holds
+# what every layer needs (errors, JSON I/O, paths, the registry, the device-kind table, the numerics pin).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("harness", "errors", "jsonio", "paths", "registry", "statefile", "devices", "numerics", "assets"),
+    ("core",),  # the GRPO engine: pure math, models, the trainer; its registries name what recipes may choose
+    ("config",),  # recipe, profiles, schema (enums from the engine's registries), safety rules
+    ("mlperf", "run"),  # a run: runner, runtimes (local, docker, torchrun), checkpoints, records, MLPerf log
+    ("judge", "verl", "images"),  # verdicts: baselines, tiers, compare, report, certificates; verl import/export
+    ("commands",),
+    ("cli", "__main__"),
+)
+
+
+def layer_of(module: str) -> int:
+    part = module.split(".")[1] if "." in module else module
+    for i, names in enumerate(LAYERS):
+        if part in names:
+            return i
+    raise AssertionError(f"{module} is in no layer: add harness/{part} to LAYERS")
+
+
+def test_nothing_imports_upward() -> None:
+    graph = edges(modules())
+    upward = sorted(f"{m} -> {t}" for m in graph for t in graph[m] if layer_of(t) > layer_of(m))
+    assert upward == [], "move the shared part down a layer (LAYERS above)"
+
+
+def test_every_module_has_a_layer() -> None:
+    assert {layer_of(m) for m in modules()} == set(range(len(LAYERS)))
+    assert layer_of("harness.judge.compare") > layer_of("harness.run.runner") > layer_of("harness.config.recipe")
+
+
+def test_the_readme_layout_names_every_module() -> None:
+    """The README's layout section is the map of the package: every stage folder and module is on it."""
+    readme = (PKG.parent / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout"):]
+    layout = layout[:layout.index("```", layout.index("```") + 3)]
+    missing = []
+    for folder in [PKG, *(PKG / name for name in ("config", "run", "judge"))]:
+        for entry in sorted(folder.iterdir()):
+            if entry.name.startswith(("_", ".")) or (entry.is_file() and entry.suffix != ".py"):
+                continue
+            shown = entry.name + ("/" if entry.is_dir() else "")
+            if shown not in layout and not (entry.stem.startswith("schema_defs") and "schema_defs*.py" in layout):
+                missing.append(str(entry.relative_to(PKG.parent)))
+    assert missing == [], "add these to the README's layout section"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness import mlperf as M
+from harness.config.recipe import resolve
 from harness.mlperf import rules as R
-from harness.recipe import resolve
 
 
 def _manifest(recipe: str = "qwen3_1_7b", steps: int = 10) -> dict:

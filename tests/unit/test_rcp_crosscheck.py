@@ -4,7 +4,7 @@ RCP (mlperf_logging.rcp_checker): reference statistics, then the smallest accept
 mean found by binary search with a one-sided pooled two-sample t-test (``_find_p_value``: scipy's
 ``ttest_ind_from_stats`` with equal variances, halved to one side, alpha 0.05). For one submitted
 run against n reference runs of the same sd, that boundary is ``mean - t(1-alpha, n-1) * sd *
-sqrt(1 + 1/n)`` — the allowed shortfall of :func:`harness.stats.prediction_bound`. The RCP's own
+sqrt(1 + 1/n)`` — the allowed shortfall of :func:`harness.judge.stats.prediction_bound`. The RCP's own
 functions are called here on the same numbers; with 5 or more references the tier uses RCP's olympic
 statistics (``RCP_Checker.compute_rcp_stats``: lowest and highest run dropped from the mean, the
 population sd of all runs, n - 2 samples).
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
 
-from harness.stats import prediction_bound
+from harness.judge.stats import prediction_bound
 
 ALPHA = 0.05
 SEEDS = [

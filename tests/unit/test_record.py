@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, read_bytes_limited, write_text_atomic
-from harness.record import MARKER, RunRecord, read_metrics
+from harness.run.record import MARKER, RunRecord, read_metrics
 
 
 def test_repeated_or_unordered_steps_are_refused(tmp_path: Path) -> None:
@@ -30,8 +30,8 @@ def test_repeated_or_unordered_steps_are_refused(tmp_path: Path) -> None:
 
 
 def _manifest(x: int) -> dict:
-    from harness.recipe import resolve
-    from harness.runner import base_manifest
+    from harness.config.recipe import resolve
+    from harness.run.runner import base_manifest
 
     return {**base_manifest(resolve("qwen3_vl_30b", "cpu", "smoke"), steps=1, runtime="local", world=1, fault={}),
             "x": x}
@@ -91,7 +91,7 @@ def test_stage_is_internal_and_hidden_from_help() -> None:
 
 def test_record_baseline_reports_a_baseline_without_replay(tmp_path: Path, monkeypatch, capsys) -> None:
     """A model too large for a replay archive gives a baseline with no replay block: said, not a KeyError."""
-    import harness.baseline_record as BR
+    import harness.judge.baseline_record as BR
     from harness.cli import main
 
     doc = {"steps": 5, "noise_seeds": [43], "metrics": {}, "memory": {"value": 49.4},

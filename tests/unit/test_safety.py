@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.config.recipe import resolve
+from harness.config.safety import RULES, Finding, RuleContext, run_rules
+from harness.config.safety import rules as _rules  # noqa: F401  (registers the rules)
+from harness.config.safety.check import check_resolved, context_for, label, raise_on_errors
+from harness.config.safety.memory import GB, count_params, estimate_memory
 from harness.errors import HarnessError
-from harness.recipe import resolve
-from harness.safety import RULES, Finding, RuleContext, run_rules
-from harness.safety import rules as _rules  # noqa: F401  (registers the rules)
-from harness.safety.check import check_resolved, context_for, label, raise_on_errors
-from harness.safety.memory import GB, count_params, estimate_memory
 
 RULE_IDS = [
     "code-loading-key", "max-model-len-too-small", "max-model-len-exceeds-positions", "batched-tokens-below-model-len",

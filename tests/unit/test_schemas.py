@@ -1,4 +1,4 @@
-"""The committed JSON Schemas are generated from harness/schema_defs.py and their enums from the registries."""
+"""The committed JSON Schemas are generated from harness/config/schema_defs.py and their enums from the registries."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 from jsonschema import Draft202012Validator
 
-from harness import schema_defs
+from harness.config import schema_defs
 from harness.core import algos, reward, tasks
 from harness.paths import SCHEMAS_DIR
 
@@ -14,7 +14,7 @@ from harness.paths import SCHEMAS_DIR
 def test_committed_schemas_are_up_to_date() -> None:
     for name, schema in schema_defs.all_schemas().items():
         committed = (SCHEMAS_DIR / name).read_text(encoding="utf-8")
-        assert committed == schema_defs.render(schema), f"{name} is stale: run `python -m harness.schema_defs`"
+        assert committed == schema_defs.render(schema), f"{name} is stale: run `python -m harness.config.schema_defs`"
         Draft202012Validator.check_schema(json.loads(committed))
 
 

@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
+from harness.config.recipe import resolve
 from harness.errors import HarnessError
-from harness.recipe import resolve
-from harness.runtime import torchrun
+from harness.run.runtime import torchrun
 
 
 def _args(**kw: object) -> argparse.Namespace:
@@ -44,7 +44,7 @@ def test_layout_and_command(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     layout = torchrun.node_layout(res, 2)
     assert layout["nnodes"] == 1 and layout["nproc"] == 2 and str(layout["endpoint"]).startswith("127.0.0.1:")
     cmd = torchrun.torchrun_command(res, _args(steps=3, overrides=["seed=1"]), tmp_path / "run", layout)
-    assert "--nproc-per-node=2" in cmd and "--max-restarts=0" in cmd and "harness.runtime.rank" in cmd
+    assert "--nproc-per-node=2" in cmd and "--max-restarts=0" in cmd and "harness.run.runtime.rank" in cmd
     assert cmd[cmd.index("--steps") + 1] == "3" and cmd[cmd.index("--set") + 1] == "seed=1"
 
 
@@ -68,7 +68,7 @@ def test_failure_summary_names_the_rank() -> None:
 E1130 08:48:29.313000 24877 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) \
 local_rank: 1 (pid: 24883) of binary: /usr/bin/python
 =======================================================
-harness.runtime.rank FAILED
+harness.run.runtime.rank FAILED
 -------------------------------------------------------
 Failures:
 [1]:

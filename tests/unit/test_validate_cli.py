@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.config.recipe import overridable_keys
 from harness.paths import PROFILES_DIR
-from harness.recipe import overridable_keys
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recipes"
 NEGATIVE = FIXTURES / "negative"
@@ -31,8 +31,8 @@ def test_corpus_is_complete():
     assert files == sorted(EXPECTED) and len(files) >= 40
     assert {e["exit"] for e in EXPECTED.values()} == {1, 2}
     rule_ids = {e["contains"] for e in EXPECTED.values() if e["exit"] == 1}
-    from harness.safety import RULES
-    from harness.safety import rules as _rules  # noqa: F401
+    from harness.config.safety import RULES
+    from harness.config.safety import rules as _rules  # noqa: F401
 
     assert rule_ids == set(RULES), set(RULES) - rule_ids  # every rule has a negative example
 
@@ -178,7 +178,7 @@ def test_every_schema_error_is_listed_with_its_json_path(capsys, tmp_path):
     and no advice to run the command that was just run."""
     doc = json.loads(Path(SEED).read_text()) if Path(SEED).is_file() else None
     if doc is None:
-        from harness.recipe import recipe_path
+        from harness.config.recipe import recipe_path
 
         doc = json.loads(recipe_path(SEED).read_text())
     doc["trainer"]["save_freq"] = "often"
@@ -200,7 +200,7 @@ def test_every_schema_error_is_listed_with_its_json_path(capsys, tmp_path):
 
 
 def test_json_path_of_a_pointer():
-    from harness.schema import json_path
+    from harness.config.schema import json_path
 
     assert json_path("/") == "$"
     assert json_path("/data/items/0/a~1b") == "$.data.items[0]['a/b']"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.recipe import load_recipe_file
-from harness.schema import schema_errors
+from harness.config.recipe import load_recipe_file
+from harness.config.schema import schema_errors
 from harness.verl.lint import lint_file
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "verl"
@@ -133,7 +133,7 @@ def test_export_overrides_and_script(capsys: pytest.CaptureFixture[str], tmp_pat
     assert "set -euo pipefail" in text and "$@" not in text and "$*" not in text
     script = tmp_path / "run.sh"
     script.write_text(text, encoding="utf-8")
-    from harness.profiles import load_profile
+    from harness.config.profiles import load_profile
 
     result = lint_file(str(script), load_profile("npu-16x-ascend-a3"))
     assert result.errors == [] and {f.rule for f in result.findings} <= {"unresolved-value"}

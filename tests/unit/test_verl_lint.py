@@ -19,7 +19,7 @@ SHARED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "verl-co
 
 
 def rules_of(path: Path, profile: str | None = None) -> set[str]:
-    from harness.profiles import load_profile
+    from harness.config.profiles import load_profile
 
     return {f.rule for f in lint_file(str(path), load_profile(profile) if profile else None).findings}
 
@@ -288,7 +288,7 @@ def test_merge_resolves_interpolations() -> None:
 
 
 def test_rule_registries_are_disjoint() -> None:
-    from harness.safety import RULES
+    from harness.config.safety import RULES
 
     assert not set(LINT_RULES) & set(RULES)
     assert set(VERL_RULES) <= set(RULES)

@@ -1,7 +1,7 @@
 """The safety-rule registry: findings, the context rules read, ``register_rule`` and ``run_rules``.
 
-The leaf of ``harness.safety``: the rules (``rules``, ``memory``) register themselves here; importing
-``harness.safety`` imports them.
+The leaf of ``harness.config.safety``: the rules (``rules``, ``memory``) register themselves here; importing
+``harness.config.safety`` imports them.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -122,3 +123,10 @@ def check(instance: Any, schema_name: str, file: str) -> None:
     errs = schema_errors(instance, schema_name)
     if errs:
         raise SchemaErrors(errs, file)
+
+
+def load_checked(path: str | os.PathLike[str], schema_name: str) -> Any:
+    """A JSON file, strictly parsed and checked against ``schemas/v1/<schema_name>.schema.json``."""
+    data = load_json_strict(path)
+    check(data, schema_name, str(path))
+    return data

@@ -22,13 +22,13 @@ import sys
 import threading
 from pathlib import Path
 
-from harness.checkpoint import interrupt_exit_code
+from harness.config.recipe import Resolved
 from harness.errors import EXIT_FINDINGS, HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
 from harness.paths import RECIPES_DIR
-from harness.recipe import Resolved
-from harness.record import MARKER, utc_now
-from harness.runtime.spec import RunSpec, set_args
+from harness.run.checkpoint import interrupt_exit_code
+from harness.run.record import MARKER, utc_now
+from harness.run.runtime.spec import RunSpec, set_args
 
 
 def _free_port() -> int:
@@ -62,7 +62,7 @@ def torchrun_command(res: Resolved, args: argparse.Namespace, run_dir: Path, lay
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={layout['nnodes']}",
            f"--nproc-per-node={layout['nproc']}", f"--node-rank={layout['node_rank']}", "--rdzv-backend=c10d",
            f"--rdzv-endpoint={layout['endpoint']}", f"--rdzv-id={run_dir.name}", "--max-restarts=0",
-           "--monitor-interval=1", "-m", "harness.runtime.rank"]
+           "--monitor-interval=1", "-m", "harness.run.runtime.rank"]
     spec = RunSpec(str(Path(res.path).resolve()), res.profile_name, res.scale, out=str(run_dir),
                    steps=getattr(args, "steps", None), overrides=tuple(getattr(args, "overrides", []) or []),
                    quiet=bool(getattr(args, "quiet", False)),

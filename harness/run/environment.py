@@ -95,8 +95,8 @@ def _pin_text(key: dict[str, Any] | None) -> str:
 def live_summary(res: Any, runtime: str, world: int) -> dict[str, Any]:
     """The environment a run started now by this process would record (for choosing its tier up front)."""
     from harness import numerics
-    from harness.profiles import probe_machine
-    from harness.record import git_revision, software_versions
+    from harness.config.profiles import probe_machine
+    from harness.run.record import git_revision, software_versions
 
     numerics.activate()
     manifest = {"deterministic": res.config["deterministic"], "software": software_versions(),

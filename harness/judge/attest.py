@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.schema_defs import SCHEMA_BASE
 from harness.errors import HarnessError
 from harness.jsonio import dumps, loads_strict
-from harness.schema_defs import SCHEMA_BASE
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"

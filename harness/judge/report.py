@@ -16,8 +16,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from harness.baseline import load_series
 from harness.jsonio import load_json_strict, write_bytes_atomic, write_text_atomic
+from harness.judge.baseline import load_series
 
 CURVES = [  # (file stem, title, metrics: first is the main one)
     ("reward", "Reward (train score / validation)", ["critic/score/mean", "val-core/*"]),
@@ -216,7 +216,7 @@ def render_run_report(run_dir: Path, verdict: Any) -> str:
     run = load_series(run_dir)
     tp_ref = None
     if baseline and isinstance(manifest, dict) and "machine" in manifest:
-        from harness.tiers import throughput_reference
+        from harness.judge.tiers import throughput_reference
 
         tp_ref = throughput_reference(baseline, {"machine": manifest["machine"],
                                                  "software": manifest.get("software", {})})[0]

@@ -4,7 +4,7 @@ A suite (``recipes/certification/<profile>.json``, schema ``suite``) lists recip
 must achieve on the profile. ``harness certify`` runs it (``harness.commands.certify``); the checks
 here turn the run directories into numbers:
 
-- ``numerics`` — the run judged by :mod:`harness.compare` against the entry's reference baseline at
+- ``numerics`` — the run judged by :mod:`harness.judge.compare` against the entry's reference baseline at
   the suite's tier (``band`` ⇒ band + statistical). A reference recorded on another profile (an NPU
   suite naming the GPU reference) is compared with the same tiers; only the profile may differ
   (recipe hash, architecture and scale must match) and exact is not allowed. The value is the count
@@ -30,14 +30,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.baseline import DEFAULT_POLICY, MEMORY_METRIC, THROUGHPUT_METRIC, is_timing, load_baseline, load_series
-from harness.baseline import quantile, steady_speed
-from harness.attest import (load_public_key, open_certificate, sha256_regular, signature_problems,
-                            subject_problems)
+from harness.config.schema import check, schema_errors
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_bytes_atomic, write_json_atomic
+from harness.judge.attest import load_public_key, open_certificate, sha256_regular, signature_problems, subject_problems
+from harness.judge.baseline import (
+    DEFAULT_POLICY,
+    MEMORY_METRIC,
+    THROUGHPUT_METRIC,
+    is_timing,
+    load_baseline,
+    load_series,
+    quantile,
+    steady_speed,
+)
 from harness.paths import ROOT, SUITES_DIR
-from harness.schema import check, schema_errors
 
 CERT_FILE = "certificate.json"
 HTML_FILE = "certificate.html"
@@ -118,8 +125,7 @@ def baseline_profile(entry: dict[str, Any]) -> str | None:
 # ----------------------------------------------------------------------------- numerics
 def judge_reference(run_dir: Path, baseline_path: Path, tier: str, *, write: bool) -> Any:
     """A compare Verdict of ``run_dir`` against ``baseline_path`` at ``tier``, across profiles if need be."""
-    from harness.compare import (TIER_ORDER, TIERS, VERDICT_FILE, Context, failure_reasons, judge,
-                                 refusal_reasons)
+    from harness.judge.compare import TIER_ORDER, TIERS, VERDICT_FILE, Context, failure_reasons, judge, refusal_reasons
 
     manifest_path = run_dir / "manifest.json"
     if not manifest_path.is_file():
@@ -244,7 +250,7 @@ def perf_checks(entry: dict[str, Any], profile: dict[str, Any], series: dict[str
 
 
 def determinism_check(entry: dict[str, Any], run_dirs: list[Path], runs: list[str]) -> dict[str, Any]:
-    from harness.compare import bitwise_equal
+    from harness.judge.compare import bitwise_equal
 
     manifests = []
     for d, r in zip(run_dirs, runs):

@@ -1,6 +1,6 @@
 """Judge a finished run against its baseline: refuse, pick the tier, run the checks, write verdict.json.
 
-The tiers themselves live in :mod:`harness.tiers`; this module decides which apply:
+The tiers themselves live in :mod:`harness.judge.tiers`; this module decides which apply:
 
 - ``exact`` when nothing but the run itself can change the numbers: same profile and scale (else
   refused), both deterministic, same software, device type and count, world size and image / lock,
@@ -13,7 +13,7 @@ The tiers themselves live in :mod:`harness.tiers`; this module decides which app
 - ``statistical`` for a free run that cannot be exact (another seed, another environment without
   a replay); ``band`` only when forced.
 
-Every verdict lists each environment difference (:mod:`harness.environment`), plus throughput
+Every verdict lists each environment difference (:mod:`harness.run.environment`), plus throughput
 (only against a reference from the same device model and thread count) and peak memory. A run
 shorter than the baseline is compared on the common prefix of steps. Refused (exit 2, nothing
 compared): a manifest that fails its schema, an unfinished run, another recipe hash, architecture
@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import environment
-from harness.baseline import default_path, file_sha256, load_baseline, load_series
-from harness.tiers import TIER_ORDER, TIERS, Check, Context, bitwise_equal, evaluate, fmt  # noqa: F401 (re-exported)
+from harness.config.schema import check, schema_errors
 from harness.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, HarnessError
-from harness.jsonio import load_json_strict, write_json_atomic
-from harness.record import MARKER, utc_now
-from harness.schema import check, schema_errors
+from harness.jsonio import file_sha256, load_json_strict, write_json_atomic
+from harness.judge.baseline import default_path, load_baseline, load_series
+from harness.judge.tiers import TIER_ORDER, TIERS, Check, Context, bitwise_equal, evaluate, fmt  # noqa: F401 (re-exported)
+from harness.run import environment
+from harness.run.record import MARKER, utc_now
 
 VERDICT_FILE = "verdict.json"
 
@@ -114,7 +114,7 @@ def _bitwise_reproduced(ctx: Context) -> bool:
     judged exact whatever the prediction (e.g. the README's container: another Python build and image
     than the local run that recorded the baseline, the same wheels and numerics pin, the same bits).
     """
-    from harness.tiers import exact_tier
+    from harness.judge.tiers import exact_tier
 
     checks = exact_tier(ctx)
     return bool(checks) and all(c.passed for c in checks)

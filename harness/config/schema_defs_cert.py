@@ -1,6 +1,6 @@
 """JSON Schemas of hardware certification: the ``suite`` a profile is certified with and the ``certificate``.
 
-Generated into ``schemas/v1/`` with the other schemas (``python -m harness.schema_defs``).
+Generated into ``schemas/v1/`` with the other schemas (``python -m harness.config.schema_defs``).
 
 A suite (``recipes/certification/<profile>.json``) lists what to run on the profile and what each run
 must achieve: numerics against a named reference baseline (which may belong to another vendor's
@@ -14,7 +14,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.schema_defs import PROFILE_NAME, SCHEMA_BASE, SCHEMA_DIALECT, array, boolean, integer, number, obj, string
+from harness.config.schema_defs import (
+    PROFILE_NAME,
+    SCHEMA_BASE,
+    SCHEMA_DIALECT,
+    array,
+    boolean,
+    integer,
+    number,
+    obj,
+    string,
+)
 
 SHA256 = "^[0-9a-f]{64}$"
 UTC = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config.profiles import load_profile
+from harness.config.safety.code_loading import is_code_loading_key
+from harness.config.schema import check, load_schema
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict
 from harness.paths import RECIPES_DIR
-from harness.profiles import load_profile
-from harness.safety.code_loading import is_code_loading_key
-from harness.schema import check, load_schema
 
 SCALES_DEFAULT = "smoke"
 

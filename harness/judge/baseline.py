@@ -20,20 +20,19 @@ a killed ``record-baseline`` never leaves a partial baseline.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.cpuload import IDLE_METRIC, OTHERS_METRIC, contended
-from harness.environment import summary
+from harness.config.schema import check, load_checked
 from harness.errors import HarnessError
-from harness.jsonio import load_json_strict
+from harness.jsonio import file_sha256, load_json_strict
 from harness.paths import BASELINES_DIR
-from harness.record import is_complete, read_metrics, utc_now
-from harness.schema import check
+from harness.run.cpuload import IDLE_METRIC, OTHERS_METRIC, contended
+from harness.run.environment import summary
+from harness.run.record import is_complete, read_metrics, utc_now
 
 # Wall-clock dependent metrics: never compared bitwise or in a band (same as harness.core.trainer).
 TIMING_PREFIXES = ("timing_s/", "perf/")
@@ -45,7 +44,7 @@ BAND_EXCLUDED_SUFFIXES = ("/max", "/min")
 BAND_EXCLUDED_PREFIXES = ("training/rollout_probs_diff",)
 # Convergence metrics of the statistical tier: name -> (direction of a regression, scale, floor).
 # One outcome, as MLPerf RCP tests one convergence metric: the training reward's late-window mean, on
-# the arcsine-square-root scale of a proportion (harness.stats), one-sided at the policy's alpha.
+# the arcsine-square-root scale of a proportion (harness.judge.stats), one-sided at the policy's alpha.
 # Measured (baselines/README.md), and dropped for it:
 # - the KL loss, clip fraction and entropy: a false alarm (entropy, seed 1012) and no power — a KL
 #   coefficient of 0 or a clip range of 0.5 moves none of them beyond the spread of fresh seeds over
@@ -156,7 +155,7 @@ def steady(s: Series, warmup: int, end: int | None = None, skip: frozenset[int] 
 
 
 def contended_steps(series: dict[str, Series]) -> set[int]:
-    """Steps in which other work took this run's saturated CPUs (:mod:`harness.cpuload`)."""
+    """Steps in which other work took this run's saturated CPUs (:mod:`harness.run.cpuload`)."""
     others, idle = series.get(OTHERS_METRIC, {}), series.get(IDLE_METRIC, {})
     return {k for k, v in others.items() if contended(v, idle.get(k))}
 
@@ -222,19 +221,13 @@ def _finite_or_none(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 # ----------------------------------------------------------------------------- files
 def default_path(recipe: str, profile: str, scale: str, base: Path | None = None) -> Path:
     return (base or BASELINES_DIR) / recipe / f"{profile}-{scale}.json"
 
 
 def load_baseline(path: Path) -> dict[str, Any]:
-    data = load_json_strict(path)
-    check(data, "baseline", str(path))
-    return data
+    return load_checked(path, "baseline")
 
 
 # ----------------------------------------------------------------------------- building

@@ -53,7 +53,7 @@ class RunSpec:
         return out + list(self.extra)
 
     def rank_args(self) -> list[str]:
-        """The arguments of one torchrun rank (``python -m harness.runtime.rank``): it trains the run in --out."""
+        """The arguments of one torchrun rank (``python -m harness.run.runtime.rank``): it trains the run in --out."""
         if self.out is None:
             raise ValueError("a rank needs the run directory (out)")
         return self._common() + ["--out", self.out] + (["--quiet"] if self.quiet else []) \

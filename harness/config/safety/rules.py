@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from harness.safety import memory
-from harness.safety.registry import Finding, RuleContext, finding, register_rule
-from harness.safety.code_loading import is_code_loading_key, is_enabled
+from harness.config.safety import memory
+from harness.config.safety.code_loading import is_code_loading_key, is_enabled
+from harness.config.safety.registry import Finding, RuleContext, finding, register_rule
 
 ENGINE = "actor_rollout_ref.actor.veomni"
 ACTOR = "actor_rollout_ref.actor"

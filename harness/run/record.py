@@ -5,7 +5,7 @@
   and fsynced per line; floats are written with ``repr`` precision (bitwise round trip).
 - ``manifest.json`` — what ran, where and how (schema ``manifest``), rewritten atomically.
 - ``mlperf.log`` — the same run as MLPerf Training log lines (:mod:`harness.mlperf`).
-- ``checkpoints/`` — resumable training state (see :mod:`harness.checkpoint`); a resumed run's
+- ``checkpoints/`` — resumable training state (see :mod:`harness.run.checkpoint`); a resumed run's
   ``metrics.jsonl`` is cut back to the checkpoint's step and continued, and its manifest lists
   each resume under ``resumes``.
 - ``INCOMPLETE`` — present from the start until the run finishes cleanly; a run killed with

@@ -1,6 +1,6 @@
 """The source of the recipe and hardware-profile JSON Schemas (2020-12) in ``schemas/v1/``.
 
-The JSON files are generated from these definitions (``python -m harness.schema_defs``) and
+The JSON files are generated from these definitions (``python -m harness.config.schema_defs``) and
 committed; a test fails when they drift. Generating them lets enums come from the registries
 and keeps every field's description next to its type. ``x-overridable: true`` marks the
 leaves that ``--set dotted.path=value`` may change (numeric hyperparameters, steps, seed,
@@ -460,8 +460,8 @@ def all_schemas() -> dict[str, dict[str, Any]]:
         "recipe.schema.json": recipe_schema(resolved=False),
         "resolved-recipe.schema.json": recipe_schema(resolved=True),
         "profile.schema.json": profile_schema(),
-        **__import__("harness.schema_defs_records", fromlist=["record_schemas"]).record_schemas(),
-        **__import__("harness.schema_defs_cert", fromlist=["cert_schemas"]).cert_schemas(),
+        **__import__("harness.config.schema_defs_records", fromlist=["record_schemas"]).record_schemas(),
+        **__import__("harness.config.schema_defs_cert", fromlist=["cert_schemas"]).cert_schemas(),
     }
 
 

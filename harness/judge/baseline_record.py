@@ -21,13 +21,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.baseline import (build_baseline, load_baseline, load_series, quantile, reference_speeds,
-                              throughput_reference)
-from harness.environment import summary
+from harness.config.schema import check
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
-from harness.schema import check
-from harness.runtime.spec import RunSpec
+from harness.judge.baseline import (
+    build_baseline,
+    load_baseline,
+    load_series,
+    quantile,
+    reference_speeds,
+    throughput_reference,
+)
+from harness.run.environment import summary
+from harness.run.runtime.spec import RunSpec
 
 PERTURBATION = ("the same replay in float64 (--set model.dtype=float64): its distance from the recorded run is the "
                 "rounding error of the baseline's own arithmetic, which any other implementation also makes")
@@ -38,7 +44,7 @@ def rollouts_path(baseline_path: Path) -> Path:
 
 
 def _child(cmd: list[str], run_dir: Path, what: str, progress: bool) -> None:
-    from harness.runtime.child import harness_run
+    from harness.run.runtime.child import harness_run
 
     proc = harness_run(cmd, stdout=None if progress else subprocess.DEVNULL,
                        stderr=None if progress else subprocess.PIPE)
@@ -102,8 +108,8 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
     With ``jobs`` > 1 the seeds run concurrently and their throughput is not a solo run's: follow
     with :func:`record_throughput` (``--throughput-only --force``) on an otherwise idle machine.
     """
+    from harness.config.recipe import resolve
     from harness.core.replay import NOT_KEPT, pack
-    from harness.recipe import resolve
 
     if os.environ.get("HARNESS_FAULT"):
         raise HarnessError("HARNESS_FAULT is set; a baseline must not be recorded with a fault injected",
@@ -144,7 +150,7 @@ def record_throughput(recipe: str, profile: str, scale: str, *, runs: int, steps
                       runs_dir: Path, progress: bool = True, force: bool = False,
                       log: Callable[[str], None] = print) -> dict[str, Any]:
     """Add this machine's throughput reference (``runs`` runs, one after another) to an existing baseline."""
-    from harness.recipe import resolve
+    from harness.config.recipe import resolve
 
     if not out.is_file():
         raise HarnessError("no baseline to add a throughput reference to", file=str(out),

@@ -1,6 +1,6 @@
 """JSON Schemas of the records a run produces and judges: ``manifest``, ``baseline``, ``verdict``.
 
-Generated into ``schemas/v1/`` with the recipe and profile schemas (``python -m harness.schema_defs``).
+Generated into ``schemas/v1/`` with the recipe and profile schemas (``python -m harness.config.schema_defs``).
 All three are strict (``additionalProperties: false`` everywhere a shape is known) so a field
 that drifts between the writer and the reader is caught at the first judged run.
 """
@@ -9,9 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.config.schema_defs import (
+    PROFILE_NAME,
+    SCHEMA_BASE,
+    SCHEMA_DIALECT,
+    array,
+    boolean,
+    integer,
+    number,
+    obj,
+    recipe_schema,
+    string,
+)
 from harness.devices import device_names
-from harness.schema_defs import (PROFILE_NAME, SCHEMA_BASE, SCHEMA_DIALECT, array, boolean, integer, number, obj,
-                                 recipe_schema, string)
 
 SHA256 = "^[0-9a-f]{64}$"
 UTC = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"
@@ -202,7 +212,7 @@ def _policy() -> dict[str, Any]:
             "failures_per_50_steps": integer("Failing steps allowed per metric per started 50 steps.", 0),
         }),
         "statistical": obj("Late-window means against the seeds' distribution (olympic mean, one-sided t-test, "
-                           "Bonferroni over the metrics: harness.stats).", {
+                           "Bonferroni over the metrics: harness.judge.stats).", {
             "window_fraction": number("Fraction of the steps (the last ones) averaged.", exclusive_min=0, maximum=1),
             "alpha": number("Family-wise significance level.", exclusive_min=0, maximum=0.5),
             "practical_floor": number("A reward shortfall must also exceed this (metric units) to fail.", 0),

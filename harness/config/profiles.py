@@ -13,10 +13,10 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
+from harness.config.schema import check
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict
 from harness.paths import PROFILES_DIR
-from harness.schema import check
 
 
 def profile_names() -> list[str]:

@@ -4,7 +4,7 @@
 seed → build → (warm-start) → [restore a checkpoint] → loop (step, log, validate every
 ``test_freq`` steps and after the last, checkpoint every ``save_freq``) → finish the record.
 SIGTERM / SIGINT finish the current step, checkpoint, mark the run ``interrupted`` and exit
-128 + signal (130 / 143); ``--resume`` continues it bit for bit (:mod:`harness.checkpoint`).
+128 + signal (130 / 143); ``--resume`` continues it bit for bit (:mod:`harness.run.checkpoint`).
 Test-only fault injection (``HARNESS_FAULT``) exists so the gate's mutation tests can prove it
 catches a flipped advantage sign or a slowdown; a run with a fault is marked as such in its
 manifest.
@@ -24,18 +24,20 @@ from typing import Any
 import torch
 
 from harness import __version__, numerics
-from harness.checkpoint import (Interrupted, ResumePlan, clean_partial, load_checkpoint, plan_resume,
-                                save_checkpoint)
-from harness.core.replay import ReplaySource, replay_storable, save_initial, save_step
+from harness.config.profiles import probe_machine
+from harness.config.recipe import Resolved
+from harness.config.schema import load_checked
 from harness.core.device import CALIBRATION_WORKLOAD, numerics_env, resolve_device, set_determinism, speed_index
+from harness.core.replay import ReplaySource, replay_storable, save_initial, save_step
 from harness.core.trainer import Dist, GRPOTrainer
 from harness.core.warmstart import run_warm_start
-from harness.cpuload import StepLoad
 from harness.errors import HarnessError
-from harness.hooks import callbacks_from_env, parse_fault
-from harness.profiles import probe_machine
-from harness.recipe import Resolved
-from harness.record import RunRecord, git_revision, software_versions, utc_now
+from harness.jsonio import file_sha256
+from harness.run.checkpoint import Interrupted, ResumePlan, clean_partial, load_checkpoint, plan_resume, save_checkpoint
+from harness.run.cpuload import StepLoad
+from harness.run.hooks import callbacks_from_env, parse_fault
+from harness.run.record import RunRecord, git_revision, software_versions, utc_now
+
 
 def runtime_info(kind: str, world: int) -> dict[str, Any]:
     return {"kind": kind, "world_size": world, "nnodes": int(os.environ.get("NNODES", "1") or 1),
@@ -147,9 +149,7 @@ def _resume_record(run_dir: Path, res: Resolved, plan: ResumePlan, total: int) -
 
 def open_replay(baseline_path: Path) -> tuple[ReplaySource, dict[str, Any]]:
     """The recorded rollouts a baseline names (checksummed), and the manifest's ``replay`` block."""
-    from harness.baseline import file_sha256, load_baseline
-
-    baseline = load_baseline(baseline_path)
+    baseline = load_checked(baseline_path, "baseline")
     rep = baseline.get("replay")
     if not rep:
         raise HarnessError("the baseline has no recorded rollouts to replay", file=str(baseline_path),
@@ -165,7 +165,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     """Train ``res`` for ``steps`` (default: the recipe's total) and record it; returns the manifest.
 
     ``resume`` (the ``--set`` overrides given on the resuming command) continues the run already in
-    ``run_dir`` from its newest complete checkpoint (rules: :mod:`harness.checkpoint`).
+    ``run_dir`` from its newest complete checkpoint (rules: :mod:`harness.run.checkpoint`).
     """
     cfg = res.config
     dist = dist or Dist()
@@ -182,7 +182,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
         raise HarnessError(f"the checkpoint is at step {start}, beyond the {total} steps asked for", file=str(run_dir),
                            fix=f"give --steps {start} or more")
     fault = parse_fault(os.environ.get("HARNESS_FAULT"))
-    callbacks = callbacks_from_env(fault)  # fault injection and test hooks (harness.hooks)
+    callbacks = callbacks_from_env(fault)  # fault injection and test hooks (harness.run.hooks)
     numerics.activate()
     set_determinism(int(cfg["seed"]), bool(cfg["deterministic"]))
     device = resolve_device(cfg["trainer"]["device"], local_rank)

@@ -60,14 +60,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.config.recipe import Resolved, overridable_keys, parse_override
 from harness.core.device import rng_state, set_rng_state
 from harness.devices import accelerators
 from harness.errors import EXIT_FINDINGS, HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
-from harness.recipe import Resolved, overridable_keys, parse_override
-from harness.record import MARKER, utc_now
+from harness.run.record import MARKER, utc_now
+from harness.run.runtime.spec import RunSpec, set_args
 from harness.statefile import check_regular, load_state, restore_like, save_state
-from harness.runtime.spec import RunSpec, set_args
 
 CKPT_DIR = "checkpoints"
 COMPLETE = "COMPLETE"
@@ -399,15 +399,20 @@ def metric_mismatch(a: list[dict[str, Any]], b: list[dict[str, Any]],
 
 
 def _harness(args: list[str], env: dict[str, str], timeout: float) -> Any:
-    from harness.runtime.child import harness_run
+    from harness.run.runtime.child import harness_run
 
     return harness_run(args, env=env, capture_output=True, timeout=timeout)
 
 
 def checkpoint_bytes(config: dict[str, Any]) -> int | None:
     """Estimated size of one checkpoint: the actor's parameters and AdamW state (None when unknown)."""
-    from harness.safety.memory import DTYPE_BYTES, OPTIMIZER_BYTES_FP32, OPTIMIZER_BYTES_MIXED, MissingKey, \
-        count_params
+    from harness.config.safety.memory import (
+        DTYPE_BYTES,
+        OPTIMIZER_BYTES_FP32,
+        OPTIMIZER_BYTES_MIXED,
+        MissingKey,
+        count_params,
+    )
 
     try:
         n = count_params(config["model"]["architecture"]).total
@@ -427,7 +432,7 @@ def ckpt_resume_check(res: Resolved, workdir: Path, steps: int, *, nproc: int = 
     fit in the free space under ``workdir`` (:func:`checkpoint_bytes`), it is ``-1`` by itself, with a
     notice. Returns ``{"pass", "steps", "first_mismatch", "straight", "resumed", "save_freq"}``.
     """
-    from harness.record import read_metrics
+    from harness.run.record import read_metrics
 
     if steps < 2:
         raise HarnessError(f"ckpt-resume needs at least 2 steps, got {steps}", key_path="--steps",

@@ -1,7 +1,7 @@
-"""Entry point of one torchrun rank: ``python -m harness.runtime.rank RECIPE --profile P ...``.
+"""Entry point of one torchrun rank: ``python -m harness.run.runtime.rank RECIPE --profile P ...``.
 
-Started by :mod:`harness.runtime.torchrun`; not meant to be run by hand. Joins the job, shards
-the models with FSDP2 and runs :func:`harness.runner.train` as this rank (rank 0 writes the run
+Started by :mod:`harness.run.runtime.torchrun`; not meant to be run by hand. Joins the job, shards
+the models with FSDP2 and runs :func:`harness.run.runner.train` as this rank (rank 0 writes the run
 record). A failure is recorded by torchelastic's error file, so the launcher can name the rank.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from harness.config.recipe import Resolved, resolve
 from harness.errors import HarnessError
-from harness.recipe import Resolved, resolve
 
 
 def cpu_world(res: Resolved, nproc: int) -> Resolved:
@@ -30,8 +30,8 @@ def cpu_world(res: Resolved, nproc: int) -> Resolved:
 
 
 def parser() -> argparse.ArgumentParser:
-    """A rank's arguments (built by :meth:`harness.runtime.spec.RunSpec.rank_args`)."""
-    p = argparse.ArgumentParser(prog="harness.runtime.rank")
+    """A rank's arguments (built by :meth:`harness.run.runtime.spec.RunSpec.rank_args`)."""
+    p = argparse.ArgumentParser(prog="harness.run.runtime.rank")
     p.add_argument("recipe")
     p.add_argument("--profile", required=True)
     p.add_argument("--scale", required=True)
@@ -39,16 +39,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quiet", action="store_true")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out (harness.checkpoint)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out (harness.run.checkpoint)")
     return p
 
 
 @record
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from harness.checkpoint import Interrupted, resume_overrides
     from harness.core.parallel import distributed, shutdown
-    from harness.runner import train
+    from harness.run.checkpoint import Interrupted, resume_overrides
+    from harness.run.runner import train
 
     nproc = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     sets = resume_overrides(args.out, args.overrides) if args.resume else args.overrides

@@ -6,9 +6,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from harness.config.recipe import Resolved
+from harness.config.safety import Finding, RuleContext, iter_errors, run_rules
 from harness.errors import EXIT_FINDINGS, HarnessError
-from harness.recipe import Resolved
-from harness.safety import Finding, RuleContext, iter_errors, run_rules
 
 
 def context_for(res: Resolved) -> RuleContext:

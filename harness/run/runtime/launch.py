@@ -11,16 +11,16 @@ import os
 import sys
 from pathlib import Path
 
+from harness.config.recipe import Resolved
 from harness.errors import EXIT_FINDINGS, HarnessError
-from harness.recipe import Resolved
-from harness.runtime.spec import RunSpec
+from harness.run.runtime.spec import RunSpec
 
 
 def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[str, str | None]:
     """(runtime, image) — ``auto`` becomes docker when usable, else local with a one-line notice."""
     world = res.config["trainer"]["nnodes"] * res.config["trainer"]["n_gpus_per_node"]
     if requested == "auto":
-        from harness.runtime.docker import docker_status
+        from harness.run.runtime.docker import docker_status
 
         ref = image or res.profile["container_image"]["reference"]
         ok, why = docker_status(ref)  # also False for an image built from other sources
@@ -38,13 +38,13 @@ def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[st
 def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime: str, image: str | None,
                 replay: Path | None = None) -> None:
     if runtime == "local":
-        from harness.runner import train
+        from harness.run.runner import train
 
         resume = list(args.overrides) if getattr(args, "resume", None) is not None else None
         train(res, run_dir, steps=args.steps, runtime=os.environ.get("HARNESS_RUNTIME", "local"),
               progress=not args.quiet, resume=resume, replay=replay)
     elif runtime == "docker":
-        from harness.runtime.docker import recipe_target, run_in_docker
+        from harness.run.runtime.docker import recipe_target, run_in_docker
 
         recipe_file = Path(res.path).resolve()
         resumed = getattr(args, "resume", None) is not None
@@ -60,6 +60,6 @@ def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime:
                                fix="read the container output above; the run directory keeps what was written",
                                exit_code=code if code in (1, 2) else EXIT_FINDINGS)
     else:  # torchrun
-        from harness.runtime.torchrun import launch
+        from harness.run.runtime.torchrun import launch
 
         launch(res, args, run_dir)

@@ -16,7 +16,7 @@
   only meaningful where trajectories can coincide (forced with ``--tier band``, or as diagnostics
   under ``exact``).
 - ``statistical`` — late-window means of convergence metrics against the seeds' distribution
-  (:mod:`harness.stats`: olympic mean, one-sided t-test, Bonferroni over metrics).
+  (:mod:`harness.judge.stats`: olympic mean, one-sided t-test, Bonferroni over metrics).
 
 Throughput is judged only against a reference from the same device model and thread count;
 otherwise the verdict says the numbers are not comparable (a notice, never a FAIL).
@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness import stats
+from harness.judge import stats
+from harness.judge.baseline import metric_tiers, quantile, stat_spec, statistical_window, steady_speed, window_mean
 from harness.registry import Registry
-from harness.baseline import metric_tiers, quantile, stat_spec, statistical_window, steady_speed, window_mean
 
 
 @dataclass
@@ -210,7 +210,7 @@ def replay_tier(ctx: Context) -> list[Check]:
 
 @tier("statistical")
 def statistical_tier(ctx: Context) -> list[Check]:
-    """Late-window means against the seeds' (:mod:`harness.stats`). Which metrics are tested, which way and on
+    """Late-window means against the seeds' (:mod:`harness.judge.stats`). Which metrics are tested, which way and on
     which scale is this code's rule (:func:`stat_spec`), not the baseline's: a baseline recorded under an older
     rule is judged by the current one; it only supplies the seeds' series."""
     pol = ctx.baseline["policy"]["statistical"]

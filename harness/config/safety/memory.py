@@ -71,7 +71,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from harness.safety.registry import Finding, RuleContext, finding
+from harness.config.safety.registry import Finding, RuleContext, finding
 
 GB = 1e9
 USABLE_FRACTION = 0.95
@@ -302,7 +302,7 @@ RULE_SUMMARY = "estimated per-device peak memory (training or rollout phase) exc
 
 
 def rule_memory_preflight(ctx: RuleContext) -> Iterator[Finding]:
-    """Rule ``memory-preflight`` (registered by harness.safety.rules, after the others)."""
+    """Rule ``memory-preflight`` (registered by harness.config.safety.rules, after the others)."""
     if ctx.profile is None:
         return
     try:
