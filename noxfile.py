@@ -1,4 +1,4 @@
-"""Sessions: validate · lint · tests · run-recipe · record-baseline · gate · build-image · certify · lint-verl.
+"""Sessions: validate · lint · tests · integration · run-recipe · record-baseline · gate · build-image · certify · lint-verl.
 
 Every session installs the project (editable) with the exact versions of ``constraints.txt`` on
 nox's default virtualenv/pip backend (pip finds the local CPU torch wheel; uv would not).
@@ -10,7 +10,7 @@ from __future__ import annotations
 import nox
 
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["validate", "lint", "tests"]
+nox.options.sessions = ["validate", "lint", "tests", "integration"]
 nox.options.default_venv_backend = "virtualenv"
 
 PYTHON = None  # the interpreter nox runs on
@@ -36,10 +36,17 @@ def validate(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The test suite (pytest; args pass through, default: all of tests/)."""
+    """Unit tests: pure functions, schemas, rules, synthetic series; no training run (args pass through)."""
+    _install(session, "[test]")
+    session.run("pytest", *(session.posargs or ["tests/unit", "-q", "--durations=10"]), success_codes=[0])
+
+
+@nox.session(python=PYTHON)
+def integration(session: nox.Session) -> None:
+    """End to end: CPU smoke runs, baselines, resume, torchrun, containers, certificates (args pass through)."""
     _install(session, "[test]")
     # --durations: every CI log says where its minutes go
-    session.run("pytest", *(session.posargs or ["tests", "-q", "--durations=25"]), success_codes=[0])
+    session.run("pytest", *(session.posargs or ["tests/integration", "-q", "--durations=25"]), success_codes=[0])
 
 
 @nox.session(python=PYTHON)
