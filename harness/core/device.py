@@ -206,9 +206,16 @@ def speed_index(device: torch.device) -> float:
     return 1.0 / statistics.median(times)
 
 
+def fast_kernels(device: torch.device, deterministic: bool) -> bool:
+    """Whether the engine may use its faster kernels that change bits (the fused AdamW, the compiled output
+    head, the lean RMSNorm backward): on CUDA outside deterministic mode only. Deterministic runs keep the
+    kernels their baselines were recorded with, bit for bit."""
+    return device.type == "cuda" and not deterministic
+
+
 def adamw_kernel(device: torch.device, deterministic: bool) -> dict[str, bool | None]:
     """Which AdamW implementation: fused on the CPU (its square root is the instruction's, the same bits on
     every x86-64 machine; the per-tensor step's goes through oneMKL's vector math, which differs between
     Intel and AMD) and on CUDA outside deterministic mode; else the per-tensor loop."""
-    fused = device.type == "cpu" or (device.type == "cuda" and not deterministic)
+    fused = device.type == "cpu" or fast_kernels(device, deterministic)
     return {"fused": True, "foreach": None} if fused else {"fused": None, "foreach": False}

@@ -23,7 +23,14 @@ import torch
 from harness.core import algos
 from harness.core.data import PromptLoader, build_synthetic, collate_prompts, load_local
 from harness.core.decode import pick_engine
-from harness.core.device import adamw_kernel, peak_memory_gb, release_host_memory, reset_peak_memory, synchronize
+from harness.core.device import (
+    adamw_kernel,
+    fast_kernels,
+    peak_memory_gb,
+    release_host_memory,
+    reset_peak_memory,
+    synchronize,
+)
 from harness.core.lean_norm import use_lean_norms
 from harness.core.models import BuiltModel, banned_bias, build_models
 from harness.core.replay import ReplaySource, replayed_batch
@@ -98,7 +105,7 @@ class GRPOTrainer:
         self.warm_start_info = warm_start_fn(self) if warm_start_fn else {}
         if self.models.ref is not None and self.warm_start_info:
             self.models.ref.load_state_dict(self.models.actor.state_dict())
-        if device.type == "cuda" and not cfg["deterministic"]:  # see harness.core.lean_norm
+        if fast_kernels(device, cfg["deterministic"]):  # see harness.core.lean_norm
             lean = use_lean_norms(self.models.actor)
             self.models = replace(self.models, notes=(*self.models.notes, f"{lean} RMSNorms with the lean backward"))
         self.decode_engine, why = pick_engine(self.models.actor, device, sharded=self.dist.wrap is not None)

@@ -21,6 +21,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from harness.core import algos
+from harness.core.device import fast_kernels
 from harness.core.models import forward_hidden, forward_logits, masked_position, next_positions, position_ids, upcast
 from harness.core.rollout import PROMPT_POSITIONS, RolloutBatch
 
@@ -75,7 +76,7 @@ def head_kind(device: torch.device) -> str:
     entropy, and their backward) become a few fused kernels. Deterministic mode keeps the eager
     kernels: its runs must reproduce baselines recorded with them bit for bit.
     """
-    if device.type != "cuda" or torch.are_deterministic_algorithms_enabled():
+    if not fast_kernels(device, torch.are_deterministic_algorithms_enabled()):
         return "eager"
     from torch.utils._triton import has_triton
 

@@ -625,3 +625,13 @@ def test_cpu_optimizer_is_the_fused_adamw():
         assert adamw_kernel(torch.device("cpu"), deterministic)["fused"] is True
     assert adamw_kernel(torch.device("cuda"), True) == {"fused": None, "foreach": False}  # GPU baselines' kernel
     assert adamw_kernel(torch.device("cuda"), False)["fused"] is True
+
+
+def test_bit_changing_kernels_only_on_cuda_outside_deterministic_mode():
+    """One predicate decides the fused AdamW on CUDA, the compiled output head and the lean RMSNorm backward."""
+    from harness.core.device import fast_kernels
+    from harness.core.update import head_kind
+
+    assert [fast_kernels(torch.device(d), det) for d in ("cpu", "cuda") for det in (True, False)] == \
+        [False, False, False, True]
+    assert head_kind(torch.device("cpu")) == "eager"
