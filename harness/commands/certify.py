@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import html
 import os
 import sys
 from pathlib import Path
@@ -42,6 +41,7 @@ from harness.judge.certify import (
     summarize,
     system_disagreements,
 )
+from harness.judge.pages import render
 from harness.mlperf import SYSTEM_DESC_FILE, system_description
 from harness.paths import PROFILES_DIR, ROOT
 
@@ -208,25 +208,10 @@ def execute(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- HTML
-_CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}"
-        "table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.3em .6em;"
-        "text-align:left;vertical-align:top}th{background:#f3f3f3}.pass{color:#0a6b0a;font-weight:bold}"
-        ".fail{color:#b00020;font-weight:bold}.not-applicable{color:#777}code{font-size:.85em;word-break:break-all}")
-
-
-def _rows(pairs: list[tuple[str, Any]]) -> str:
-    return "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in pairs)
-
-
-def _num(x: Any) -> str:
-    return "—" if x is None else f"{x:.6g}" if isinstance(x, float) else str(x)
-
-
 def render_html(doc: dict[str, Any]) -> str:
     s = doc["system"]
     acc, host, rt = s["accelerator"], s["host"], s["runtime"]
-    e = html.escape
-    system = _rows([
+    system = [
         ("Accelerator", f"{acc['count']} x {acc['vendor']} {acc['model']} ({acc['memory_gb']} GB, peak "
                         f"{acc['peak_bf16_tflops']} bf16 TFLOP/s)"),
         ("Nodes", s["nodes"]), ("Host", f"{host['cpu_cores']} cores, {host['memory_gb']} GB ({host['hostname']})"),
@@ -235,29 +220,6 @@ def render_html(doc: dict[str, Any]) -> str:
         ("Collective backend", s["collective_backend"]),
         ("Software", ", ".join(f"{k} {v}" for k, v in s["software"].items() if v is not None)),
         ("Runtime", f"{rt['kind']}" + (f", image {rt['image']} ({rt['image_id']})" if rt["image"] else "")),
-    ])
-    checks = "".join(
-        f"<tr><td>{e(c['entry'])}</td><td>{e(c['name'])}</td><td class='{c['outcome']}'>{e(c['outcome'])}</td>"
-        f"<td>{_num(c['value'])}</td><td>{e(c['comparison'] or '')} {_num(c['threshold'])}</td><td>{e(c['unit'])}</td>"
-        f"<td>{e(c['detail'])}</td></tr>" for c in doc["checks"])
-    digests = "".join(f"<tr><td>input</td><td>{e(i['role'])}</td><td><code>{e(i['path'] or i['value'])}</code></td>"
-                      f"<td><code>{i['sha256']}</code></td></tr>" for i in doc["inputs"])
-    digests += "".join(f"<tr><td>result</td><td>{e(r['role'])}</td><td><code>{e(r['path'])}</code></td>"
-                       f"<td><code>{r['sha256']}</code></td></tr>" for r in doc["results"])
-    sm = doc["summary"]
-    notes = "".join(f"<li>{e(n)}</li>" for n in doc["suite"]["notes"])
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Certificate: {e(doc['profile']['name'])}"
-            f"</title><style>{_CSS}</style></head><body>"
-            f"<h1>Hardware certificate: {e(doc['profile']['name'])} — <span class='{doc['result']}'>"
-            f"{doc['result'].upper()}</span></h1>"
-            f"<p>{e(doc['profile']['description'])}<br>{sm['checks'] - sm['failed']}/{sm['checks']} checks passed "
-            f"({sm['not_applicable']} not applicable). Written {e(doc['created_utc'])} by harness "
-            f"{e(doc['harness']['version'])} ({e(str(doc['harness']['revision']))}): <code>{e(doc['command'])}</code>"
-            f"</p><h2>System under test</h2><table>{system}</table>"
-            f"<h2>Checks</h2><table><tr><th>Entry</th><th>Check</th><th>Outcome</th><th>Value</th><th>Limit</th>"
-            f"<th>Unit</th><th>Detail</th></tr>{checks}</table>"
-            f"<h2>Suite notes</h2><p><code>{e(doc['suite']['path'])}</code></p><ul>{notes}</ul>"
-            f"<h2>Digests (SHA-256)</h2><p>Verify with <code>harness verify-certificate {CERT_FILE} --pubkey "
-            f"signing-key.pub.pem</code> (the certifier's public key) "
-            f"(inputs relative to the repository root, copied as certified into inputs/; results relative to this directory).</p>"
-            f"<table><tr><th></th><th>Role</th><th>File</th><th>SHA-256</th></tr>{digests}</table></body></html>\n")
+    ]
+    return render("certificate.html.j2", title=f"Certificate: {doc['profile']['name']}", doc=doc, system=system,
+                  cert_file=CERT_FILE)

@@ -9,15 +9,14 @@ the baseline's noise seeds (thin lines).
 
 from __future__ import annotations
 
-import html
 import io
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from harness.jsonio import load_json_strict, write_bytes_atomic, write_text_atomic
 from harness.judge.baseline import load_series
+from harness.judge.pages import render
 
 CURVES = [  # (file stem, title, metrics: first is the main one)
     ("reward", "Reward (train score / validation)", ["critic/score/mean", "val-core/*"]),
@@ -29,48 +28,6 @@ CURVES = [  # (file stem, title, metrics: first is the main one)
 ]
 GROUPS = ("exact", "band", "statistical", "throughput", "memory")
 COLOURS = ["#1f4e9c", "#2a9d8f", "#e76f51", "#6a4c93"]
-
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1180px;color:#1d2330;
-padding:0 16px}
-h1{font-size:22px;margin:0 0 4px}
-h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d8dde6;padding-bottom:4px}
-.status{display:inline-block;padding:3px 10px;border-radius:4px;font-weight:700;color:#fff;margin-right:8px;
-white-space:nowrap} .pass{background:#2b8a3e} .fail,.error{background:#c92a2a} .refused{background:#e67700}
-.no-baseline{background:#5c677d}
-.line{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px;background:#f4f6fa;padding:8px 10px;
-border-radius:4px;margin:10px 0;white-space:pre-wrap;word-break:break-word}
-table{border-collapse:collapse;width:100%;font-size:13px} th,td{border-bottom:1px solid #e3e7ee;padding:4px 6px;
-text-align:left;vertical-align:top} th{background:#f4f6fa;position:sticky;top:0}
-td.num{font-family:ui-monospace,Menlo,Consolas,monospace;text-align:right;white-space:nowrap}
-tr.bad td{background:#fff0f0} .ok{color:#2b8a3e;font-weight:700} .no{color:#c92a2a;font-weight:700}
-.grid{display:grid;grid-template-columns:repeat(2,1fr);gap:12px} .grid img{width:100%;border:1px solid #e3e7ee}
-dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;font-size:13px;margin:8px 0}
-dt{color:#5c677d} dd{margin:0} ul{margin:6px 0;padding-left:20px;font-size:13px}
-details{margin:8px 0} summary{cursor:pointer;font-weight:600}
-pre{font-size:12px;background:#f4f6fa;padding:10px;overflow:auto;max-height:600px}
-"""
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x))
-
-
-def _num(x: Any) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, float):
-        if not math.isfinite(x):
-            return repr(x)
-        return f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:.6g}"
-    return _e(x)
-
-
-def _page(title: str, body: str) -> str:
-    return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
-            f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><style>{CSS}</style></head>"
-            f"<body>\n{body}\n</body></html>\n")
-
 
 # ----------------------------------------------------------------------------- curves
 def _expand(pattern: str, names: list[str]) -> list[str]:
@@ -168,30 +125,6 @@ def _verdict_dict(verdict: Any) -> dict[str, Any]:
     return verdict if isinstance(verdict, dict) else verdict.to_dict()
 
 
-def _checks_table(checks: list[dict[str, Any]]) -> str:
-    if not checks:
-        return "<p>No checks ran.</p>"
-    order = {g: i for i, g in enumerate(("exact", "band", "statistical", "throughput", "memory"))}
-    rows = sorted(checks, key=lambda c: (c["passed"], order.get(c["group"], 9), c["metric"]))
-    out = ["<table><thead><tr><th>group</th><th>metric</th><th>step</th><th>run</th><th>ref</th><th>tolerance</th>"
-           "<th>result</th><th>detail</th></tr></thead><tbody>"]
-    for c in rows:
-        cls = "" if c["passed"] else " class=\"bad\""
-        res = "<span class=\"ok\">pass</span>" if c["passed"] else "<span class=\"no\">FAIL</span>"
-        out.append(f"<tr{cls}><td>{_e(c['group'])}</td><td>{_e(c['metric'])}</td><td class=\"num\">"
-                   f"{_num(c['step'])}</td><td class=\"num\">{_num(c['run_value'])}</td><td class=\"num\">"
-                   f"{_num(c['ref_value'])}</td><td class=\"num\">{_num(c['tolerance'])}</td><td>{res}</td>"
-                   f"<td>{_e(c['detail'])}</td></tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
-
-
-def _list(title: str, items: list[str]) -> str:
-    if not items:
-        return ""
-    return f"<p><b>{_e(title)}</b></p><ul>" + "".join(f"<li>{_e(i)}</li>" for i in items) + "</ul>"
-
-
 def _load_baseline_quiet(v: dict[str, Any]) -> dict[str, Any] | None:
     path = (v.get("baseline") or {}).get("path")
     if not path or not Path(path).is_file():
@@ -231,27 +164,15 @@ def render_run_report(run_dir: Path, verdict: Any) -> str:
              ("overrides", ", ".join(f"{o['key']}={o['value']}" for o in v.get("overrides") or []) or "none"),
              ("fault injection", json.dumps(v.get("fault_injection")) if v.get("fault_injection") else "none"),
              ("judged", v.get("created_utc"))]
-    counts = v.get("counts") or {}
-    body = [f"<h1>{_e(r.get('recipe') or 'run')} — {_e(r.get('profile'))}:{_e(r.get('scale'))}</h1>",
-            f"<div><span class=\"status {_e(v['status'])}\">{_e(v['status'].upper())}</span>"
-            + " · ".join(f"{_e(g)} {c['checks'] - c['failed']}/{c['checks']}" for g, c in counts.items())
-            + "</div>",
-            f"<div class=\"line\">{_e(v.get('summary_line', ''))}</div>",
-            "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(val)}</dd>" for k, val in facts) + "</dl>",
-            _list("Why", v.get("reasons") or []), _list("Notices", v.get("notices") or []),
-            _list("What changed since the baseline", [f"{c['key']}: {c['baseline']} -> {c['run']}"
-                                                      + (" (rules out exact)" if c["blocks_exact"] else "")
-                                                      for c in v.get("changes") or []])]
-    if curves:
-        body.append("<h2>Curves</h2><p style=\"font-size:13px\">Bold: this run. Dashed: baseline primary seed. "
-                    "Shaded: the band the band tier allows. Thin: baseline noise seeds.</p><div class=\"grid\">"
-                    + "".join(f"<figure style=\"margin:0\"><img src=\"{_e(f)}\" alt=\"{_e(t)}\"></figure>"
-                              for f, t in curves) + "</div>")
-    body.append(f"<h2>Checks</h2>{_checks_table(v.get('checks') or [])}")
-    if manifest is not None:
-        body.append("<h2>Manifest</h2><details><summary>manifest.json</summary><pre>"
-                    f"{_e(json.dumps(manifest, indent=2))}</pre></details>")
-    return _page(f"{r.get('recipe')} {v['status']}", "\n".join(body))
+    order = {g: i for i, g in enumerate(GROUPS)}
+    checks = sorted(v.get("checks") or [], key=lambda c: (c["passed"], order.get(c["group"], 9), c["metric"]))
+    changes = [f"{c['key']}: {c['baseline']} -> {c['run']}" + (" (rules out exact)" if c["blocks_exact"] else "")
+               for c in v.get("changes") or []]
+    return render("run.html.j2", title=f"{r.get('recipe')} {v['status']}", v=v, run=r, facts=facts,
+                  summary_line=v.get("summary_line", ""), reasons=v.get("reasons") or [],
+                  notices=v.get("notices") or [],
+                  counts=v.get("counts") or {}, changes=changes, curves=curves, checks=checks,
+                  manifest=None if manifest is None else json.dumps(manifest, indent=2))
 
 
 def write_run_report(run_dir: Path, verdict: Any) -> Path:
@@ -266,28 +187,15 @@ def write_gate_report(out_dir: Path, results: list[dict[str, Any]]) -> Path:
     out_dir = Path(out_dir)
     rows = []
     for res in results:
-        link = ""
+        link = None
         if res.get("run_dir") and (Path(res["run_dir"]) / "report.html").is_file():
-            rel = Path(res["run_dir"]).resolve().relative_to(out_dir.resolve()) \
-                if Path(res["run_dir"]).resolve().is_relative_to(out_dir.resolve()) else Path(res["run_dir"]).resolve()
-            link = f"<a href=\"{_e((rel / 'report.html').as_posix())}\">report</a>"
-        cls = "" if res["status"] == "pass" else ' class="bad"'
-        cells = []
-        for g in GROUPS:
-            c = (res.get("counts") or {}).get(g)
-            cells.append("<td class=\"num\">—</td>" if not c else
-                         f"<td class=\"num\"><span class=\"{'ok' if not c['failed'] else 'no'}\">"
-                         f"{c['checks'] - c['failed']}/{c['checks']}</span></td>")
-        rows.append(f"<tr{cls}><td>{_e(res['recipe'])}</td>"
-                    f"<td><span class=\"status {_e(res['status'])}\">{_e(res['status'].upper())}</span></td>"
-                    f"<td>{_e(res.get('tier') or '—')}</td>{''.join(cells)}"
-                    f"<td>{_e(res.get('summary_line', ''))}</td><td>{link}</td></tr>")
-    ok = all(r["status"] == "pass" for r in results)
-    body = (f"<h1>Gate</h1><div><span class=\"status {'pass' if ok else 'fail'}\">{'PASS' if ok else 'FAIL'}</span>"
-            f"{sum(r['status'] == 'pass' for r in results)}/{len(results)} recipes pass</div><h2>Recipes</h2>"
-            "<table><thead><tr><th>recipe</th><th>status</th><th>tier</th>"
-            + "".join(f"<th>{g}</th>" for g in GROUPS) + "<th>summary</th><th></th></tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
+            run_dir = Path(res["run_dir"]).resolve()
+            rel = run_dir.relative_to(out_dir.resolve()) if run_dir.is_relative_to(out_dir.resolve()) else run_dir
+            link = (rel / "report.html").as_posix()
+        rows.append({"recipe": res["recipe"], "status": res["status"], "tier": res.get("tier"),
+                     "counts": res.get("counts") or {}, "summary_line": res.get("summary_line", ""), "link": link})
+    page = render("gate.html.j2", title="gate", results=rows, groups=GROUPS,
+                  passed=sum(r["status"] == "pass" for r in results))
     path = out_dir / "report.html"
-    write_text_atomic(path, _page("gate", body))
+    write_text_atomic(path, page)
     return path
