@@ -6,7 +6,9 @@ as the faults), then, for each alpha and reference size n, draws n references an
 the clean pool without replacement and applies the tier's test (:mod:`harness.judge.stats`: olympic mean,
 population sd, one-sided t prediction bound on the metric's scale). The fraction of clean candidates
 failed is the false-alarm rate; the fraction of fault runs failed (against the same draws of
-references) is the detection rate. Every clean run is a seed of the same recipe on one of the machines
+references) is the detection rate. With ``--candidates K`` the candidate is a set of K runs of other seeds, judged
+by their median (the bound widened for a median's spread, ``MEDIAN_VARIANCE``): what judging several candidate
+seeds at once would give, a set of runs as MLPerf RCP judges one. Every clean run is a seed of the same recipe on one of the machines
 named in the table, so the pool mixes machines the way a user's fleet does.
 
     python bench/stat_calibration.py baselines/qwen3_vl_30b/cpu-smoke.json runs/power runs/power2 \\
@@ -16,10 +18,12 @@ named in the table, so the pool mixes machines the way a user's fleet does.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import random
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -29,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 from harness.judge import stats  # noqa: E402
 from harness.judge.baseline import STATISTICAL, load_series, statistical_window, window_mean  # noqa: E402
 
+# var(median of K standard normal values): a K-run candidate's median spreads by sqrt of this, not 1
+MEDIAN_VARIANCE = {1: 1.0, 3: 0.449, 5: 0.287}
 FAULT = re.compile(r"^(?P<fault>.+) \(statistical(?:, seed \d+)?\)$")
 
 
@@ -61,13 +67,19 @@ def campaign_means(folder: Path, metric: str, policy: dict) -> tuple[list[float]
     return clean, faults
 
 
-def fails(x: float, refs: list[float], alpha: float, spec: tuple[str, str, float | None], floor: float) -> bool:
+def fails(xs: list[float], refs: list[float], alpha: float, spec: tuple[str, str, float | None], floor: float) -> bool:
+    """The tier's test of the candidate runs' median (one run: the tier itself) against the references."""
     direction, transform, own_floor = spec
-    tf = stats.TRANSFORMS[stats.applicable_transform(transform, refs + [x])]
+    tf = stats.TRANSFORMS[stats.applicable_transform(transform, refs + xs)]
     ref_t = [tf(v) for v in refs]
     bound = stats.prediction_bound(ref_t, stats.per_test_alpha(alpha, 1, direction),
                                    floor if own_floor is None else own_floor)
-    return stats.shortfall(tf(x), bound.centre, direction) > bound.allowed
+    allowed = bound.allowed
+    if len(xs) > 1:  # the same t-bound for a median of K: sd * sqrt(var factor + 1/n) instead of sd * sqrt(1 + 1/n)
+        n = bound.n
+        allowed = max(floor if own_floor is None else own_floor,
+                      bound.allowed * math.sqrt((MEDIAN_VARIANCE[len(xs)] + 1 / n) / (1 + 1 / n)))
+    return stats.shortfall(statistics.median(tf(x) for x in xs), bound.centre, direction) > allowed
 
 
 def main() -> int:
@@ -77,6 +89,8 @@ def main() -> int:
     ap.add_argument("--metric", default=next(iter(STATISTICAL)))
     ap.add_argument("--alpha", type=float, nargs="+", default=[0.05, 0.01])
     ap.add_argument("--refs", type=int, nargs="+", default=[20])
+    ap.add_argument("--candidates", type=int, nargs="+", default=[1], choices=sorted(MEDIAN_VARIANCE),
+                    help="runs per candidate, judged by their median (default 1: the tier as it is)")
     ap.add_argument("--draws", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -94,24 +108,23 @@ def main() -> int:
     print(f"{len(pool)} clean runs of {args.metric} (late-window means): min {srt[0]:.3f}, 5th pct "
           f"{srt[len(srt) // 20]:.3f}, median {srt[len(srt) // 2]:.3f}, max {srt[-1]:.3f}; faults: "
           + ", ".join(f"{k} ({len(v)})" for k, v in faults.items()) + "\n")
-    head = "| alpha | references | false alarms (clean candidate fails) | P(>= 2 of 20 fail) | " + \
+    head = "| alpha | references | candidate runs | false alarms (clean candidate fails) | P(>= 2 of 20 fail) | " + \
         " | ".join(f"{k} caught" for k in faults) + " |"
     print(head + "\n|" + "---|" * (head.count("|") - 1))
-    for alpha in args.alpha:
-        for n in args.refs:
-            fa = 0
-            caught = dict.fromkeys(faults, 0)
-            for _ in range(args.draws):
-                draw = rng.sample(pool, n + 1)
-                refs, cand = draw[:n], draw[n]
-                fa += fails(cand, refs, alpha, spec, policy["practical_floor"])
-                for k, v in faults.items():
-                    caught[k] += fails(rng.choice(v), refs, alpha, spec, policy["practical_floor"])
-            rate = fa / args.draws
-            p2 = 1 - (1 - rate) ** 20 - 20 * rate * (1 - rate) ** 19
-            se = math.sqrt(rate * (1 - rate) / args.draws)
-            print(f"| {alpha} | {n} | {100 * rate:.1f} % (± {100 * 1.96 * se:.1f}) | {100 * p2:.0f} % | "
-                  + " | ".join(f"{100 * c / args.draws:.0f} %" for c in caught.values()) + " |")
+    for alpha, n, k in itertools.product(args.alpha, args.refs, args.candidates):
+        fa = 0
+        caught = dict.fromkeys(faults, 0)
+        for _ in range(args.draws):
+            draw = rng.sample(pool, n + k)
+            refs, cand = draw[:n], draw[n:]
+            fa += fails(cand, refs, alpha, spec, policy["practical_floor"])
+            for name, v in faults.items():
+                caught[name] += fails(rng.sample(v, k), refs, alpha, spec, policy["practical_floor"])
+        rate = fa / args.draws
+        p2 = 1 - (1 - rate) ** 20 - 20 * rate * (1 - rate) ** 19
+        se = math.sqrt(rate * (1 - rate) / args.draws)
+        print(f"| {alpha} | {n} | {k} | {100 * rate:.1f} % (± {100 * 1.96 * se:.1f}) | {100 * p2:.0f} % | "
+              + " | ".join(f"{100 * c / args.draws:.0f} %" for c in caught.values()) + " |")
     return 0
 
 
