@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -31,10 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.verdict_power import campaign_runs  # noqa: E402
 from harness.judge.baseline import is_timing, load_series  # noqa: E402
 from harness.judge.stats import per_test_alpha, prediction_bound  # noqa: E402
-
-NAME = re.compile(r"^(?P<fault>.+) \(statistical(?:, seed (?P<seed>\d+))?\)$")
 
 
 def window_means(series: dict[int, float], steps: int) -> dict[str, float]:
@@ -52,25 +50,17 @@ def window_means(series: dict[int, float], steps: int) -> dict[str, float]:
 
 def load_campaign(out: Path) -> tuple[dict[int, dict], dict[str, dict[int, dict]], int]:
     """(clean seed -> metric -> window -> mean, fault -> seed -> ..., steps)."""
-    doc = json.loads((out / "verdict_power.json").read_text())
+    runs = [(fault, seed, {k: s for k, s in load_series(d).items() if not is_timing(k)})
+            for fault, seed, d in campaign_runs(out)]
+    steps = max((max(s) for *_, series in runs for s in series.values() if s), default=0)
     clean: dict[int, dict] = {}
     faults: dict[str, dict[int, dict]] = {}
-    steps = 0
-    runs = {}
-    for key, r in doc["runs"].items():
-        run_dir = Path(r["dir"])
-        run_dir = run_dir if run_dir.is_dir() else out / run_dir.name
-        if not (run_dir / "metrics.jsonl").is_file():
-            continue
-        series = {k: s for k, s in load_series(run_dir).items() if not is_timing(k)}
-        steps = max(steps, max((max(s) for s in series.values() if s), default=0))
-        runs[key] = series
-    for key, series in runs.items():
+    for fault, seed, series in runs:
         wm = {m: window_means(s, steps) for m, s in series.items()}
-        if key.startswith("seed "):
-            clean[int(key.split()[1])] = wm
-        elif (m := NAME.match(key)):
-            faults.setdefault(m["fault"], {})[int(m["seed"] or -1)] = wm
+        if fault is None:
+            clean[seed] = wm
+        else:
+            faults.setdefault(fault, {})[-1 if seed is None else seed] = wm
     return clean, faults, steps
 
 

@@ -22,7 +22,6 @@ import itertools
 import json
 import math
 import random
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -30,12 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.verdict_power import campaign_runs  # noqa: E402
 from harness.judge import stats  # noqa: E402
 from harness.judge.baseline import STATISTICAL, load_series, statistical_window, window_mean  # noqa: E402
 
 # var(median of K standard normal values): a K-run candidate's median spreads by sqrt of this, not 1
 MEDIAN_VARIANCE = {1: 1.0, 3: 0.449, 5: 0.287}
-FAULT = re.compile(r"^(?P<fault>.+) \(statistical(?:, seed \d+)?\)$")
 
 
 def baseline_means(path: Path, metric: str) -> list[float]:
@@ -48,22 +47,17 @@ def baseline_means(path: Path, metric: str) -> list[float]:
 
 
 def campaign_means(folder: Path, metric: str, policy: dict) -> tuple[list[float], dict[str, list[float]]]:
-    doc = json.loads((folder / "verdict_power.json").read_text())
     clean, faults = [], {}
-    for key, r in doc["runs"].items():
-        run_dir = Path(r["dir"])
-        run_dir = run_dir if run_dir.is_dir() else folder / run_dir.name
-        if not (run_dir / "metrics.jsonl").is_file() or r.get("status") == "error":
-            continue
+    for fault, _, run_dir in campaign_runs(folder):
         s = load_series(run_dir).get(metric, {})
         if not s:
             continue
         steps = max(s)
         m = window_mean(s, steps, statistical_window(policy, steps))
-        if key.startswith("seed "):
+        if fault is None:
             clean.append(m)
-        elif (f := FAULT.match(key)):
-            faults.setdefault(f["fault"], []).append(m)
+        else:
+            faults.setdefault(fault, []).append(m)
     return clean, faults
 
 

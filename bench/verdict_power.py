@@ -21,12 +21,15 @@ import argparse
 import concurrent.futures as cf
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+FAULT_RUN = re.compile(r"^(?P<fault>.+) \(statistical(?:, seed (?P<seed>\d+))?\)$")
 FAULTS = {
     "lr x100": {"set": ["actor_rollout_ref.actor.optim.lr={lr}"]},
     "KL coefficient 0": {"set": ["actor_rollout_ref.actor.kl_loss_coef=0"]},
@@ -34,6 +37,22 @@ FAULTS = {
     "clip range 0.2 -> 0.5": {"set": ["actor_rollout_ref.actor.clip_ratio_low=0.5",
                                       "actor_rollout_ref.actor.clip_ratio_high=0.5"]},
 }
+
+
+def campaign_runs(out: Path) -> Iterator[tuple[str | None, int | None, Path]]:
+    """(fault, or None for a clean seed; seed, or None when a fault ran at one seed; run directory) of each
+    statistical run of the campaign under ``out`` that produced metrics. A run directory recorded on another
+    machine is looked up under ``out`` by its name."""
+    doc = json.loads((out / "verdict_power.json").read_text())
+    for key, r in doc["runs"].items():
+        run_dir = Path(r["dir"])
+        run_dir = run_dir if run_dir.is_dir() else out / run_dir.name
+        if r.get("status") == "error" or not (run_dir / "metrics.jsonl").is_file():
+            continue
+        if key.startswith("seed "):
+            yield None, int(key.split()[1]), run_dir
+        elif (m := FAULT_RUN.match(key)):
+            yield m["fault"], int(m["seed"]) if m["seed"] else None, run_dir
 
 
 def run_one(recipe: str, out: Path, *, tier: str, sets: list[str], env: dict[str, str], profile: str,
