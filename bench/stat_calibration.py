@@ -7,8 +7,9 @@ the clean pool without replacement and applies the tier's test (:mod:`harness.ju
 population sd, one-sided t prediction bound on the metric's scale). The fraction of clean candidates
 failed is the false-alarm rate; the fraction of fault runs failed (against the same draws of
 references) is the detection rate. With ``--candidates K`` the candidate is a set of K runs of other seeds, judged
-by their median (the bound widened for a median's spread, ``MEDIAN_VARIANCE``): what judging several candidate
-seeds at once would give, a set of runs as MLPerf RCP judges one. Every clean run is a seed of the same recipe on one of the machines
+by their median, held to the bound of one run as the tier does (``--narrow``: narrowed as for the median of
+normal values, to show what that costs): what judging several candidate seeds at once gives, a set of runs as
+MLPerf judges a submission. Every clean run is a seed of the same recipe on one of the machines
 named in the table, so the pool mixes machines the way a user's fleet does.
 
     python bench/stat_calibration.py baselines/qwen3_vl_30b/cpu-smoke.json runs/power runs/power2 \\
@@ -22,6 +23,7 @@ import itertools
 import json
 import math
 import random
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -29,12 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.verdict_power import campaign_runs  # noqa: E402
+from bench.verdict_power import FAULT_RUN, campaign_runs  # noqa: E402
 from harness.judge import stats  # noqa: E402
 from harness.judge.baseline import STATISTICAL, load_series, statistical_window, window_mean  # noqa: E402
-
-# var(median of K standard normal values): a K-run candidate's median spreads by sqrt of this, not 1
-MEDIAN_VARIANCE = {1: 1.0, 3: 0.449, 5: 0.287}
 
 
 def baseline_means(path: Path, metric: str) -> list[float]:
@@ -46,14 +45,36 @@ def baseline_means(path: Path, metric: str) -> list[float]:
     return [m for m in (window_mean(s, steps, w) for s in series) if m is not None]
 
 
+STAT_TEXT = re.compile(r"(?:mean of the last \d+ steps|this run) (?P<value>[-+0-9.e]+|nan|inf)")
+
+
+def campaign_values(folder: Path, metric: str, policy: dict) -> list[tuple[str | None, int | None, float]]:
+    """(fault or None, seed, late-window mean) of each run of a campaign: from its run directories when they are
+    at hand, else from the values its verdicts printed (``verdict_power.json``, committed with the results)."""
+    if any(True for _ in campaign_runs(folder)):
+        out = []
+        for fault, seed, run_dir in campaign_runs(folder):
+            s = load_series(run_dir).get(metric, {})
+            if s:
+                steps = max(s)
+                out.append((fault, seed, window_mean(s, steps, statistical_window(policy, steps))))
+        return out
+    doc = json.loads((folder / "verdict_power.json").read_text())
+    out = []
+    for key, r in doc["runs"].items():
+        m = STAT_TEXT.search(r.get("statistics", {}).get(metric, ""))
+        if m is None:
+            continue
+        if key.startswith("seed "):
+            out.append((None, int(key.split()[1]), float(m["value"])))
+        elif (f := FAULT_RUN.match(key)):
+            out.append((f["fault"], int(f["seed"]) if f["seed"] else None, float(m["value"])))
+    return out
+
+
 def campaign_means(folder: Path, metric: str, policy: dict) -> tuple[list[float], dict[str, list[float]]]:
     clean, faults = [], {}
-    for fault, _, run_dir in campaign_runs(folder):
-        s = load_series(run_dir).get(metric, {})
-        if not s:
-            continue
-        steps = max(s)
-        m = window_mean(s, steps, statistical_window(policy, steps))
+    for fault, _, m in campaign_values(folder, metric, policy):
         if fault is None:
             clean.append(m)
         else:
@@ -61,19 +82,47 @@ def campaign_means(folder: Path, metric: str, policy: dict) -> tuple[list[float]
     return clean, faults
 
 
-def fails(xs: list[float], refs: list[float], alpha: float, spec: tuple[str, str, float | None], floor: float) -> bool:
-    """The tier's test of the candidate runs' median (one run: the tier itself) against the references."""
+def normal_median_variance(k: int, draws: int = 400_000) -> float:
+    """Variance of the median of ``k`` standard normal values (simulated, fixed seed): 1, 0.449, 0.287 for 1, 3, 5."""
+    rng = random.Random(k)
+    return statistics.pvariance([statistics.median(rng.gauss(0, 1) for _ in range(k)) for _ in range(draws // k)])
+
+
+def fails(xs: list[float], refs: list[float], alpha: float, spec: tuple[str, str, float | None], floor: float,
+          narrow: bool = False) -> bool:
+    """The tier's test of the candidate runs' median against the references: the bound of one run (the tier's
+    rule), or with ``narrow`` the bound narrowed for a normal median's spread, sd * sqrt(v_k + 1/n)."""
     direction, transform, own_floor = spec
     tf = stats.TRANSFORMS[stats.applicable_transform(transform, refs + xs)]
-    ref_t = [tf(v) for v in refs]
-    bound = stats.prediction_bound(ref_t, stats.per_test_alpha(alpha, 1, direction),
-                                   floor if own_floor is None else own_floor)
+    floor = floor if own_floor is None else own_floor
+    bound = stats.prediction_bound([tf(v) for v in refs], stats.per_test_alpha(alpha, 1, direction), floor)
     allowed = bound.allowed
-    if len(xs) > 1:  # the same t-bound for a median of K: sd * sqrt(var factor + 1/n) instead of sd * sqrt(1 + 1/n)
-        n = bound.n
-        allowed = max(floor if own_floor is None else own_floor,
-                      bound.allowed * math.sqrt((MEDIAN_VARIANCE[len(xs)] + 1 / n) / (1 + 1 / n)))
+    if narrow and len(xs) > 1 and bound.n >= 2:
+        allowed = max(floor, allowed * math.sqrt((MEDIAN_VARIANCE[len(xs)] + 1 / bound.n) / (1 + 1 / bound.n)))
     return stats.shortfall(statistics.median(tf(x) for x in xs), bound.centre, direction) > allowed
+
+
+MEDIAN_VARIANCE: dict[int, float] = {}
+
+
+def grouped(baseline: Path, campaigns: list[Path], metric: str, k: int, alpha: float) -> None:
+    """Real verdicts from runs at hand: each campaign's clean runs in seed order, cut into consecutive groups of
+    ``k`` (no choice made), each judged by its median against the baseline's own seeds, as the tier does."""
+    policy = json.loads(baseline.read_text())["policy"]["statistical"]
+    refs, spec = baseline_means(baseline, metric), STATISTICAL[metric]
+    print(f"| campaign | seeds | late-window means | median | verdict (alpha {alpha}, {len(refs)} baseline seeds) |")
+    print("|---|---|---|---|---|")
+    total = bad = 0
+    for c in campaigns:
+        clean = sorted((seed, v) for fault, seed, v in campaign_values(c, metric, policy) if fault is None)
+        for i in range(0, len(clean) - k + 1, k):
+            group = clean[i:i + k]
+            xs = [v for _, v in group]
+            failed = fails(xs, refs, alpha, spec, policy["practical_floor"])
+            total, bad = total + 1, bad + failed
+            print(f"| {c.name} | {', '.join(str(s) for s, _ in group)} | {', '.join(f'{v:.3f}' for v in xs)} | "
+                  f"{statistics.median(xs):.3f} | {'FAIL' if failed else 'pass'} |")
+    print(f"\nFalse FAILs: {bad} of {total} verdicts of {k} run(s) each")
 
 
 def main() -> int:
@@ -83,11 +132,19 @@ def main() -> int:
     ap.add_argument("--metric", default=next(iter(STATISTICAL)))
     ap.add_argument("--alpha", type=float, nargs="+", default=[0.05, 0.01])
     ap.add_argument("--refs", type=int, nargs="+", default=[20])
-    ap.add_argument("--candidates", type=int, nargs="+", default=[1], choices=sorted(MEDIAN_VARIANCE),
-                    help="runs per candidate, judged by their median (default 1: the tier as it is)")
+    ap.add_argument("--candidates", type=int, nargs="+", default=[1],
+                    help="runs per candidate, judged by their median (default 1: one run alone)")
+    ap.add_argument("--narrow", action="store_true", help="narrow the bound for a median of K as for normal values "
+                    "(the tier does not; this shows why)")
+    ap.add_argument("--grouped", action="store_true", help="instead of resampling: judge each campaign's clean "
+                    "runs in seed order, --candidates[0] at a time, against the baseline's seeds")
     ap.add_argument("--draws", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    MEDIAN_VARIANCE.update({k: normal_median_variance(k) for k in args.candidates} if args.narrow else {})
+    if args.grouped:
+        grouped(args.baseline, args.campaigns, args.metric, args.candidates[0], args.alpha[0])
+        return 0
     policy = json.loads(args.baseline.read_text())["policy"]["statistical"]
     pool = baseline_means(args.baseline, args.metric)
     faults: dict[str, list[float]] = {}
@@ -111,9 +168,9 @@ def main() -> int:
         for _ in range(args.draws):
             draw = rng.sample(pool, n + k)
             refs, cand = draw[:n], draw[n:]
-            fa += fails(cand, refs, alpha, spec, policy["practical_floor"])
+            fa += fails(cand, refs, alpha, spec, policy["practical_floor"], args.narrow)
             for name, v in faults.items():
-                caught[name] += fails(rng.sample(v, k), refs, alpha, spec, policy["practical_floor"])
+                caught[name] += fails(rng.sample(v, k), refs, alpha, spec, policy["practical_floor"], args.narrow)
         rate = fa / args.draws
         p2 = 1 - (1 - rate) ** 20 - 20 * rate * (1 - rate) ** 19
         se = math.sqrt(rate * (1 - rate) / args.draws)

@@ -3,14 +3,18 @@
 Runs a recipe with seeds that are not in its baseline (each must PASS the statistical tier: a FAIL
 is a false alarm) and with four injected faults (each must FAIL), judged ``--tier statistical``
 (the tier's own checks count; a throughput or memory miss is listed apart, since it measures the
-machine's load at the moment, not the numerics);
-with ``--replay`` the same four faults are also replayed on the baseline's rollouts
+machine's load at the moment, not the numerics). A statistical verdict judges ``--candidates``
+runs by their median (default: the baseline policy's ``candidate_runs``): the seed's run and
+candidates of other seeds (:mod:`harness.judge.candidates`), which the campaign trains as runs of
+their own, in parallel, then moves under the run's ``candidates/`` and judges with ``harness
+compare`` — what ``harness run`` does one after the other.
+With ``--replay`` the same four faults are also replayed on the baseline's rollouts
 (``--tier replay``: each must FAIL within the first 3 steps). Runs go ``--jobs`` at a time, each
 with the numerics pin's thread count. Writes ``verdict_power.json`` and a Markdown table
-(``verdict_power.md``) under ``--out``. A run already judged there (its ``verdict.json`` exists) is
-re-read (with ``--rejudge``: judged again against today's baseline and rules), not re-run, so an
-interrupted campaign continues where it stopped; a run directory left without a verdict is kept and
-the job runs again beside it (``run-NN.retry1`` …).
+(``verdict_power.md``) under ``--out``. A finished run there is kept, not re-run, so an interrupted
+campaign continues where it stopped (``--rejudge``: judge every verdict again against today's
+baseline and rules); a run left unfinished is removed and trained again (the campaign owns
+everything under ``--out``).
 
     python bench/verdict_power.py qwen3_vl_30b --seeds 20 --first-seed 1000 --jobs 2 --out runs/power
 """
@@ -22,9 +26,9 @@ import concurrent.futures as cf
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,32 +53,48 @@ def campaign_runs(out: Path) -> Iterator[tuple[str | None, int | None, Path]]:
         run_dir = run_dir if run_dir.is_dir() else out / run_dir.name
         if r.get("status") == "error" or not (run_dir / "metrics.jsonl").is_file():
             continue
+        cands = [(int(d.name.split("-")[1]), d) for d in sorted((run_dir / "candidates").glob("seed-*"))
+                 if (d / "metrics.jsonl").is_file()]
         if key.startswith("seed "):
             yield None, int(key.split()[1]), run_dir
+            yield from ((None, s, d) for s, d in cands)
         elif (m := FAULT_RUN.match(key)):
             yield m["fault"], int(m["seed"]) if m["seed"] else None, run_dir
+            yield from ((m["fault"], s, d) for s, d in cands)
 
 
-def run_one(recipe: str, out: Path, *, tier: str, sets: list[str], env: dict[str, str], profile: str,
-            baseline: str | None) -> dict:
-    cmd = [sys.executable, "-m", "harness", "run", recipe, "--profile", profile, "--runtime", "local", "--out",
-           str(out), "--quiet", "--tier", tier]
+def harness_cmd(*args: str) -> tuple[list[str], dict[str, str]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return [sys.executable, "-m", "harness", *args], env
+
+
+def train_unit(recipe: str, out: Path, *, tier: str, sets: list[str], env: dict[str, str], profile: str,
+               baseline: str | None, steps: int | None = None) -> tuple[int, str]:
+    """One run (``harness run --candidates 1``: the campaign trains a verdict's candidates itself, in parallel)."""
+    cmd, full_env = harness_cmd("run", recipe, "--profile", profile, "--runtime", "local", "--out", str(out),
+                                "--quiet", "--no-report", "--tier", tier, "--candidates", "1")
     cmd += ["--baseline", baseline] if baseline else []
+    cmd += ["--steps", str(steps)] if steps else []
     for s in sets:
         cmd += ["--set", s]
-    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-                **env}
-    t0 = time.time()
-    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, check=False)
-    return read_result(out, tier, proc.returncode, time.time() - t0, proc.stderr)
+    proc = subprocess.run(cmd, env={**full_env, **env}, capture_output=True, text=True, check=False)
+    return proc.returncode, proc.stderr
 
 
 def rejudge(out: Path, tier: str, baseline: str | None) -> None:
-    """Judge a finished run again (``harness compare``): the baseline or the tier's rule changed, the run did not."""
-    cmd = [sys.executable, "-m", "harness", "compare", str(out), "--tier", tier, "--no-report"]
+    """Judge a run (``harness compare``) with the candidates now beside it, or after the baseline or the tier's
+    rule changed."""
+    cmd, env = harness_cmd("compare", str(out), "--tier", tier, "--no-report")
     cmd += ["--baseline", baseline] if baseline else []
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+
+
+def is_done(run_dir: Path) -> bool:
+    try:
+        m = json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return m.get("status") == "complete" and not (run_dir / "INCOMPLETE").exists()
 
 
 def read_result(out: Path, tier: str, code: int | None = None, wall: float = 0.0, stderr: str = "") -> dict:
@@ -89,6 +109,7 @@ def read_result(out: Path, tier: str, code: int | None = None, wall: float = 0.0
     # the tier's own outcome: a throughput miss on a loaded machine is not the tier's false alarm
     return {"dir": str(out), "status": "fail" if bad else "pass", "verdict": v["status"], "exit": code,
             "wall_s": round(wall, 1), "other_failed_groups": other,
+            "candidates": [c["seed"] for c in v.get("candidates", [])],
             "tier": v["tier"], "failed": [c["metric"] for c in bad],
             "first_failing_step": min((c["failing_steps"][0] for c in bad if c["failing_steps"]), default=None),
             "statistics": stat, "summary": v["summary_line"]}
@@ -106,7 +127,11 @@ def main() -> int:
                     "on; with --fault-seed = --first-seed each pairs with a clean run: bench/fault_effects.py)")
     ap.add_argument("--lr", type=float, default=0.1, help="the lr x100 fault's learning rate")
     ap.add_argument("--replay", action="store_true", help="also replay each fault on the baseline's rollouts")
-    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time")
+    ap.add_argument("--steps", type=int, help="steps per run (default: the recipe's; fewer only to try the campaign "
+                    "out: the tier then compares a shorter window)")
+    ap.add_argument("--candidates", type=int, help="runs per statistical verdict (default: the baseline policy's "
+                    "candidate_runs): the seed's run and candidates of other seeds (harness.judge.candidates)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--summarize", action="store_true", help="only re-read the verdicts of runs already under --out")
     ap.add_argument("--no-faults", action="store_true", help="only the seed runs (the faults measured elsewhere)")
@@ -114,42 +139,72 @@ def main() -> int:
                     "baseline or the tiers changed) before reading their verdicts")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(ROOT))
+    from harness.judge.baseline import default_path, load_baseline
+    from harness.judge.candidates import candidate_dir, candidate_seeds
+
+    base = load_baseline(Path(args.baseline) if args.baseline else default_path(args.recipe, args.profile, "smoke"))
+    taken = {base["primary_seed"], *base["noise_seeds"]}
+    runs_per_verdict = args.candidates or base["policy"]["statistical"].get("candidate_runs", 1)
     jobs: dict[str, dict] = {}
     for s in range(args.first_seed, args.first_seed + args.seeds):
-        jobs[f"seed {s}"] = dict(tier="statistical", sets=[f"seed={s}"], env={}, expect="pass")
+        jobs[f"seed {s}"] = dict(tier="statistical", sets=[], seed=s, env={}, expect="pass")
     if args.replay:  # the control: the baseline's own recipe replayed here must pass
-        jobs["no fault (replay)"] = dict(tier="replay", sets=[], env={}, expect="pass")
+        jobs["no fault (replay)"] = dict(tier="replay", sets=[], seed=None, env={}, expect="pass")
     for name, f in ({} if args.no_faults else FAULTS).items():
         sets = [x.format(lr=args.lr) for x in f.get("set", [])]
         for k in range(args.fault_seeds):
             seed = args.fault_seed + k
             key = f"{name} (statistical)" if args.fault_seeds == 1 else f"{name} (statistical, seed {seed})"
-            jobs[key] = dict(tier="statistical", sets=sets + [f"seed={seed}"], env=f.get("env", {}), expect="fail")
+            jobs[key] = dict(tier="statistical", sets=sets, seed=seed, env=f.get("env", {}), expect="fail")
         if args.replay:
-            jobs[f"{name} (replay)"] = dict(tier="replay", sets=sets, env=f.get("env", {}), expect="fail")
-    results: dict[str, dict] = {}
-    todo: dict[str, Path] = {}
+            jobs[f"{name} (replay)"] = dict(tier="replay", sets=sets, seed=None, env=f.get("env", {}), expect="fail")
+    # every run is a unit of its own (a verdict's candidates train in parallel with it, in a staging folder, and
+    # move under RUN_DIR/candidates/ once both are complete); a unit left unfinished by an interrupted campaign
+    # is removed and trained again: the campaign owns everything under --out
+    units: list[tuple[str, Path, Path | None, list[str]]] = []  # (job, where it trains, where it ends, --set)
     for i, (name, j) in enumerate(jobs.items()):
-        tries = [args.out / f"run-{i:02d}"]
-        while tries[-1].exists():
-            tries.append(args.out / f"run-{i:02d}.retry{len(tries)}")
-        judged = [d for d in tries if (d / "verdict.json").is_file()]
-        if judged and args.rejudge:
-            rejudge(judged[-1], j["tier"], args.baseline)
-        if judged or args.summarize:
-            results[name] = {**read_result(judged[-1] if judged else tries[0], j["tier"]), "expect": j["expect"]}
-        else:
-            todo[name] = tries[-1]
+        j["dir"] = args.out / f"run-{i:02d}"
+        seed_set = [] if j["seed"] is None else [f"seed={j['seed']}"]
+        units.append((name, j["dir"], None, j["sets"] + seed_set))
+        if j["tier"] == "statistical":
+            for c in candidate_seeds(j["seed"], runs_per_verdict, taken):
+                units.append((name, args.out / "stage" / f"run-{i:02d}-seed-{c}", candidate_dir(j["dir"], c),
+                              j["sets"] + [f"seed={c}"]))
+
+    def settle(unit: tuple[str, Path, Path | None, list[str]]) -> bool:
+        """Whether the unit is done (a finished candidate moved into place when its run is finished too)."""
+        _, where, final, _ = unit
+        if final is not None and is_done(final):
+            return True
+        if not is_done(where):
+            return False
+        if final is not None and is_done(final.parents[1]):
+            final.parent.mkdir(exist_ok=True)
+            where.rename(final)
+        return True
+
+    todo = [] if args.summarize else [u for u in units if not settle(u)]
+    for _, where, _, _ in todo:
+        if where.exists():
+            shutil.rmtree(where)
     with cf.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futs = {pool.submit(run_one, args.recipe, out, tier=jobs[name]["tier"], sets=jobs[name]["sets"],
-                            env=jobs[name]["env"], profile=args.profile, baseline=args.baseline): name
-                for name, out in todo.items()}
+        futs = {pool.submit(train_unit, args.recipe, u[1], tier=jobs[u[0]]["tier"], sets=u[3], env=jobs[u[0]]["env"],
+                            profile=args.profile, baseline=args.baseline, steps=args.steps): u for u in todo}
         for fut in cf.as_completed(futs):
-            name = futs[fut]
-            results[name] = {**fut.result(), "expect": jobs[name]["expect"]}
-            r = results[name]
-            print(f"{name}: {r['status']} (expected {r['expect']}) {r.get('summary', r.get('error', ''))[:160]}",
+            code, err = fut.result()
+            name, where = futs[fut][0], futs[fut][1]
+            print(f"{name}: {where.name} exit {code}{' ' + err.strip().splitlines()[-1][:160] if code else ''}",
                   flush=True)
+    results: dict[str, dict] = {}
+    for name, j in jobs.items():
+        mine = [u for u in units if u[0] == name]
+        settled = [settle(u) for u in mine]
+        if not args.summarize and all(settled) and (len(mine) > 1 or args.rejudge):
+            rejudge(j["dir"], j["tier"], args.baseline)  # with its candidates beside it
+        results[name] = {**read_result(j["dir"], j["tier"]), "expect": j["expect"]}
+        if not all(settled):
+            results[name].update(status="error", error=f"{settled.count(False)} of {len(mine)} runs unfinished")
     ordered = {k: results[k] for k in jobs}
     seeds = [r for k, r in ordered.items() if k.startswith("seed ")]
     false_alarms = sum(r["status"] != "pass" for r in seeds)

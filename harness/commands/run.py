@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from harness.commands import add_override_argument, add_target_arguments, chosen_profile
 from harness.config.recipe import Resolved, resolve
@@ -43,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an unfinished run from its newest "
                    "complete checkpoint (the original --set overrides and --steps are reused; see "
                    "harness/run/checkpoint.py for the rule)")
+    p.add_argument("--candidates", type=int, metavar="N", help="when the statistical tier decides the verdict: "
+                   "judge the median of N runs, this one and N-1 of other seeds trained after it into "
+                   "RUN_DIR/candidates/ (default: the baseline policy's candidate_runs; 1 = this run alone)")
     p.add_argument("--no-report", action="store_true", help="judge without rendering report.html and its plots "
                    "(verdict.json and the summary line are written as always)")
     p.add_argument("--nproc-per-node", type=int, help="torchrun processes per node on the cpu profile "
@@ -169,6 +174,9 @@ def check_resume(args: argparse.Namespace, res: Resolved, run_dir: Path, runtime
 def execute(args: argparse.Namespace) -> int:
     from harness.run.checkpoint import read_manifest, resume_overrides
 
+    if getattr(args, "candidates", None) is not None and not 1 <= args.candidates <= MAX_CANDIDATES:
+        raise HarnessError(f"--candidates must be 1..{MAX_CANDIDATES}, got {args.candidates}",
+                           key_path="--candidates", fix="give the number of runs to judge together, e.g. 3")
     if args.baseline is not None and args.stage == "all":
         from harness.judge.compare import require_baseline_file
 
@@ -192,15 +200,55 @@ def execute(args: argparse.Namespace) -> int:
     train_stage(res, args, run_dir, runtime, image, replay)
     if args.stage == "train":
         return EXIT_OK
+
+    def train_candidate(seed: int, cand_dir: Path) -> None:
+        sets = [o for o in args.overrides if o.split("=", 1)[0].strip() != "seed"] + [f"seed={seed}"]
+        cand_args = argparse.Namespace(**{**vars(args), "overrides": sets, "resume": None})
+        train_stage(resolve_args(args, sets), cand_args, cand_dir, runtime, image, None)
+
     return judge_and_report(res, run_dir, baseline=args.baseline or replay, quiet=args.quiet, tier=args.tier,
-                            report=not getattr(args, "no_report", False))
+                            report=not getattr(args, "no_report", False), train_candidate=train_candidate,
+                            candidates=getattr(args, "candidates", None))
+
+
+MAX_CANDIDATES = 9
+
+
+def train_missing_candidates(run_dir: Path, verdict: Any, wanted: int | None,
+                             train_candidate: Callable[[int, Path], None], quiet: bool) -> bool:
+    """Train the candidate runs a statistical verdict lacks (:mod:`harness.judge.candidates`); True if any was.
+
+    A candidate directory that exists but is not a finished candidate of this run is refused, not overwritten.
+    """
+    from harness.judge import candidates
+
+    want = wanted if wanted is not None else (verdict.policy or {}).get("statistical", {}).get("candidate_runs", 1)
+    have = {c["seed"] for c in verdict.candidates}
+    taken = {verdict.baseline["primary_seed"], *verdict.baseline["noise_seeds"]} if verdict.baseline else set()
+    todo = [s for s in candidates.candidate_seeds(verdict.run["seed"], want, taken) if s not in have]
+    todo = todo[:max(0, want - 1 - len(have))]
+    for i, seed in enumerate(todo, 1):
+        cand_dir = candidates.candidate_dir(run_dir, seed)
+        if cand_dir.exists() or cand_dir.is_symlink():
+            raise HarnessError("holds something that is not a finished candidate run of this run", file=str(cand_dir),
+                               fix="remove it, then run `harness compare` on the run directory or run again")
+        if not quiet:
+            sys.stderr.write(f"notice: the statistical tier judges the median of {want} runs: training candidate "
+                             f"seed {seed} ({i} of {len(todo)}) into {cand_dir}\n")
+        cand_dir.parent.mkdir(parents=True, exist_ok=True)
+        train_candidate(seed, cand_dir)
+    return bool(todo)
 
 
 def judge_and_report(res: Resolved, run_dir: Path, *, baseline: Path | None, quiet: bool,
-                     tier: str | None = None, report: bool = True) -> int:
+                     tier: str | None = None, report: bool = True,
+                     train_candidate: Callable[[int, Path], None] | None = None, candidates: int | None = None) -> int:
     from harness.judge.compare import judge
 
     verdict = judge(run_dir, res, baseline_path=baseline, tier=tier)
+    if train_candidate is not None and verdict.tier == "statistical" and verdict.status in ("pass", "fail") \
+            and train_missing_candidates(run_dir, verdict, candidates, train_candidate, quiet):
+        verdict = judge(run_dir, res, baseline_path=baseline, tier=tier)
     if report:
         from harness.judge.report import write_run_report
 

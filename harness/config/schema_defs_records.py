@@ -216,7 +216,10 @@ def _policy() -> dict[str, Any]:
             "window_fraction": number("Fraction of the steps (the last ones) averaged.", exclusive_min=0, maximum=1),
             "alpha": number("Family-wise significance level.", exclusive_min=0, maximum=0.5),
             "practical_floor": number("A reward shortfall must also exceed this (metric units) to fail.", 0),
-        }),
+            "candidate_runs": integer("Runs a statistical verdict judges by their median: the run and this many "
+                                      "minus one of other seeds, which `harness run` trains (harness.judge."
+                                      "candidates); absent (older baselines): 1.", 1, 9),
+        }, optional=("candidate_runs",)),
         "replay": obj("Replay tier: per step (the first horizon_steps) |run - ref| <= max(k_noise * c * noise, "
                       "rtol_floor * c * rms(ref), atol), c = the run dtype's unit roundoff / the baseline's.", {
             "k_noise": number("Multiple of the measured noise (the fp64 replay's distance, running maximum).", 0),
@@ -411,8 +414,11 @@ def verdict_schema() -> dict[str, Any]:
         "counts": {"type": "object", "additionalProperties": group_count,
                    "description": "Per check group: checks and failures."},
         "checks": array("Every check.", check),
+        "candidates": array("Runs of other seeds judged with this one by the statistical tier (their median).",
+                            obj("One candidate run.", {"seed": integer("Seed.", 0),
+                                                       "dir": string("Run directory.", min_length=1)})),
         "summary_line": string("The one-line summary printed by run/compare.", min_length=1),
-    })
+    }, optional=("candidates",))
     return _top("verdict", "verdict", schema)
 
 

@@ -66,7 +66,8 @@ REPLAY_EXCLUDED_PREFIXES = ("training/rollout_probs_diff", VAL_REWARD_PREFIX)
 DEFAULT_POLICY: dict[str, Any] = {
     "band": {"rtol": 0.05, "atol": 1e-8, "k_noise": 3.0, "noise_window": 2, "failures_per_50_steps": 1},
     # the last 20 % of the steps (MLPerf RCP's late window), alpha family-wise over the metrics
-    "statistical": {"window_fraction": 0.2, "alpha": 0.01, "practical_floor": 0.05},
+    # and the median of candidate_runs runs (the run and other seeds: harness.judge.candidates)
+    "statistical": {"window_fraction": 0.2, "alpha": 0.01, "practical_floor": 0.05, "candidate_runs": 3},
     # replay: per step, k x the distance of an fp64 replay from the fp32 baseline (running maximum up to two
     # steps ahead, tiers.EVENT_LEAD: the rounding error any other fp32 implementation also makes), scaled by how
     # much coarser the run's dtype rounds (bf16 vs fp32: 2^16); never below rtol_floor x the metric's RMS or atol (a clip fraction may

@@ -32,6 +32,7 @@ from typing import Any
 from harness.config.schema import check, schema_errors
 from harness.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, HarnessError
 from harness.jsonio import file_sha256, load_json_strict, write_json_atomic
+from harness.judge import candidates
 from harness.judge.baseline import default_path, load_baseline, load_series
 from harness.judge.tiers import TIER_ORDER, TIERS, Check, Context, bitwise_equal, evaluate, fmt  # noqa: F401 (re-exported)
 from harness.run import environment
@@ -107,6 +108,21 @@ class _Refusal(Exception):
     pass
 
 
+def _add_candidates(v: Verdict, ctx: Context, run_dir: Path, manifest: dict[str, Any],
+                    baseline: dict[str, Any]) -> None:
+    """Judge the run with its candidate runs (other seeds, :mod:`harness.judge.candidates`); say when the
+    baseline's policy asks for more than there are."""
+    found = candidates.find(run_dir, manifest)
+    v.notices += found.notices
+    ctx.candidates = [load_series(d) for _, d in found.runs]
+    v.candidates = [{"seed": seed, "dir": str(d)} for seed, d in found.runs]
+    wanted = baseline["policy"]["statistical"].get("candidate_runs", 1)
+    if len(found.runs) + 1 < wanted:
+        v.notices.append(f"statistical: judged on {len(found.runs) + 1} run(s), the baseline's policy asks for "
+                         f"{wanted} (`harness run` trains the candidates; a single run's false-alarm rate is higher: "
+                         "baselines/README.md)")
+
+
 def _bitwise_reproduced(ctx: Context) -> bool:
     """Every exact-gated metric of the run equals the baseline's primary run at every step, bit for bit.
 
@@ -137,6 +153,7 @@ class Verdict:
     notices: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     changes: list[dict[str, Any]] = field(default_factory=list)
+    candidates: list[dict[str, Any]] = field(default_factory=list)  # other seeds judged with the run (statistical)
     created_utc: str = field(default_factory=utc_now)
 
     @property
@@ -162,7 +179,9 @@ class Verdict:
             c = counts[self.tier]
             word = {"exact": "equal", "replay": "within replay tolerance", "band": "within band",
                     "statistical": "not worse"}[self.tier]
-            parts.append(f"{c['checks'] - c['failed']}/{c['checks']} gated metrics {word}")
+            parts.append(f"{c['checks'] - c['failed']}/{c['checks']} gated metrics {word}"
+                         + (f" (median of {len(self.candidates) + 1} runs)" if self.tier == "statistical"
+                            and self.candidates else ""))
         for g in ("band", "statistical"):
             if g != self.tier and g in counts and counts[g]["failed"]:
                 parts.append(f"{g} {counts[g]['failed']} failed")
@@ -198,7 +217,7 @@ class Verdict:
                 "run": self.run, "baseline": self.baseline, "policy": self.policy, "overrides": self.overrides,
                 "fault_injection": self.fault_injection, "reasons": self.reasons, "notices": self.notices,
                 "counts": self.counts(), "checks": [c.as_dict() for c in self.checks], "changes": self.changes,
-                "summary_line": self.summary_line()}
+                "candidates": self.candidates, "summary_line": self.summary_line()}
 
 
 def _k(x: float | None) -> str:
@@ -319,6 +338,8 @@ def _judge(run_dir: Path, baseline_path: Path | None, forced: str | None) -> Ver
         v.tier_reason = ("bitwise equal to the baseline's primary run although " + why
                          + ": these differences did not change a bit of the gated metrics")
         tiers = v.tiers_applied
+    if v.tier == "statistical":
+        _add_candidates(v, ctx, run_dir, manifest, baseline)
     replayed = bool(manifest.get("replay"))
     moved = [c["key"] for c in v.changes if c["blocks_exact"]] + (["replay run (no sampling)"] if replayed else [])
     v.checks, notices = evaluate(ctx, tiers, throughput=not replayed, memory_differs=moved)

@@ -25,6 +25,7 @@ otherwise the verdict says the numbers are not comparable (a notice, never a FAI
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -66,6 +67,7 @@ class Context:
     dtype: str = "float32"  # the run's model dtype
     baseline_dtype: str = "float32"
     run_speed: float | None = None  # the run's machine speed index (manifest calibration)
+    candidates: list[dict[str, dict[int, float]]] = field(default_factory=list)  # other seeds' series (statistical)
 
     def ref_steps(self, name: str) -> list[tuple[int, float, float, list[float | None]]]:
         """(step, ref value, noise std, noise values) for the compared steps of a baseline metric."""
@@ -210,9 +212,10 @@ def replay_tier(ctx: Context) -> list[Check]:
 
 @tier("statistical")
 def statistical_tier(ctx: Context) -> list[Check]:
-    """Late-window means against the seeds' (:mod:`harness.judge.stats`). Which metrics are tested, which way and on
-    which scale is this code's rule (:func:`stat_spec`), not the baseline's: a baseline recorded under an older
-    rule is judged by the current one; it only supplies the seeds' series."""
+    """Late-window means against the seeds' (:mod:`harness.judge.stats`); with candidate runs
+    (:mod:`harness.judge.candidates`) the median of the run's and theirs, held to the same bound. Which metrics are tested, which way
+    and on which scale is this code's rule (:func:`stat_spec`), not the baseline's: a baseline recorded under an
+    older rule is judged by the current one; it only supplies the seeds' series."""
     pol = ctx.baseline["policy"]["statistical"]
     w = statistical_window(pol, ctx.upto)
     names = [n for n in gated(ctx, "statistical") if stat_spec(n)]
@@ -225,17 +228,23 @@ def statistical_tier(ctx: Context) -> list[Check]:
         raw = [m for m in (window_mean(s, ctx.upto, w) for s in ref_series) if m is not None]
         if not raw:
             continue
-        run = {k: v for k, v in ctx.run.get(name, {}).items() if k <= ctx.upto}
-        x_raw = window_mean(run, ctx.upto, w) if run and all(math.isfinite(v) for v in run.values()) else None
-        scale = stats.applicable_transform(transform, raw + ([] if x_raw is None else [x_raw]))
+        runs = [_run_window_mean(series.get(name, {}), ctx.upto, w) for series in [ctx.run, *ctx.candidates]]
+        finite = [v for v in runs if v is not None]
+        scale = stats.applicable_transform(transform, raw + finite)
         tf = stats.TRANSFORMS[scale]
-        seed_means, x = [tf(m) for m in raw], (None if x_raw is None else tf(x_raw))
+        seed_means = [tf(m) for m in raw]
+        x = _median_of_runs([None if v is None else tf(v) for v in runs], direction)
         alpha = stats.per_test_alpha(pol["alpha"], len(names), direction)
+        # the median of K runs is held to the bound of one run (not narrowed as for a normal median: the reward's
+        # lower tail is heavier, and narrowing gave back the false alarms the median removes, baselines/README.md)
         bound = stats.prediction_bound(seed_means, alpha, pol["practical_floor"] if floor is None else floor)
         short = stats.shortfall(x, bound.centre, direction) if x is not None else math.inf
         ok = short <= bound.allowed
         on = "" if scale == "identity" else f" ({scale} scale)"
-        detail = (f"mean of the last {w} steps {fmt(x_raw)} vs seeds' {fmt(min(raw))}..{fmt(max(raw))}{on}: "
+        what = (f"mean of the last {w} steps {fmt(runs[0])}" if len(runs) == 1 else
+                f"median of {len(runs)} runs' means of the last {w} steps (this run {fmt(runs[0])}, candidates "
+                f"{', '.join(fmt(v) for v in runs[1:])})")
+        detail = (f"{what} vs seeds' {fmt(min(raw))}..{fmt(max(raw))}{on}: "
                   f"{fmt(x)} vs olympic mean {fmt(bound.centre)} (sd {fmt(bound.sd)}, n {bound.n}, {direction}, "
                   f"alpha {alpha:.3g}); "
                   f"{'no value' if x is None else ('off by ' + fmt(short) if short > 0 else 'not worse')} "
@@ -243,6 +252,24 @@ def statistical_tier(ctx: Context) -> list[Check]:
         out.append(Check("statistical", name, ctx.upto, x, bound.centre, bound.allowed, ok, len(seed_means),
                          [] if ok else [ctx.upto], detail))
     return out
+
+
+def _run_window_mean(series: dict[int, float], upto: int, w: int) -> float | None:
+    """A run's late-window mean, or None when it has no values there or any value is not finite."""
+    run = {k: v for k, v in series.items() if k <= upto}
+    return window_mean(run, upto, w) if run and all(math.isfinite(v) for v in run.values()) else None
+
+
+def _median_of_runs(values: list[float | None], direction: str) -> float | None:
+    """The median of the runs' values, a run without a value (it diverged) counted as the worst; None when the
+    median itself is such a run (or, two-sided, when any run has no value: there is no 'worst' side)."""
+    if all(v is not None for v in values):
+        return statistics.median(values)  # type: ignore[type-var]
+    if direction == "two-sided":
+        return None
+    worst = -math.inf if direction == "higher-is-better" else math.inf
+    m = statistics.median([worst if v is None else v for v in values])
+    return m if math.isfinite(m) else None
 
 
 def throughput_reference(baseline: dict[str, Any], run_env: dict[str, Any] | None) -> tuple[dict | None, str]:
