@@ -45,7 +45,8 @@ def baseline_means(path: Path, metric: str) -> list[float]:
     return [m for m in (window_mean(s, steps, w) for s in series) if m is not None]
 
 
-STAT_TEXT = re.compile(r"(?:mean of the last \d+ steps|this run) (?P<value>[-+0-9.e]+|nan|inf)")
+STAT_TEXT = re.compile(r"(?:mean of the last \d+ steps|this run) (?P<value>[-+0-9.e]+|nan|inf)"
+                       r"(?:, candidates (?P<cands>[-+0-9.e, naif]+)\))?")
 
 
 def campaign_values(folder: Path, metric: str, policy: dict) -> list[tuple[str | None, int | None, float]]:
@@ -65,10 +66,14 @@ def campaign_values(folder: Path, metric: str, policy: dict) -> list[tuple[str |
         m = STAT_TEXT.search(r.get("statistics", {}).get(metric, ""))
         if m is None:
             continue
+        values = [float(m["value"])] + ([float(v) for v in m["cands"].split(", ")] if m["cands"] else [])
+        seeds = [None] + r.get("candidates", [None] * (len(values) - 1))
         if key.startswith("seed "):
-            out.append((None, int(key.split()[1]), float(m["value"])))
+            seeds[0] = int(key.split()[1])
+            out += [(None, s, v) for s, v in zip(seeds, values)]
         elif (f := FAULT_RUN.match(key)):
-            out.append((f["fault"], int(f["seed"]) if f["seed"] else None, float(m["value"])))
+            seeds[0] = int(f["seed"]) if f["seed"] else None
+            out += [(f["fault"], s, v) for s, v in zip(seeds, values)]
     return out
 
 

@@ -134,6 +134,7 @@ def main() -> int:
                     "candidate_runs): the seed's run and candidates of other seeds (harness.judge.candidates)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--summarize", action="store_true", help="only re-read the verdicts of runs already under --out")
+    ap.add_argument("--fault", nargs="+", choices=sorted(FAULTS), help="only these faults (default: all)")
     ap.add_argument("--no-faults", action="store_true", help="only the seed runs (the faults measured elsewhere)")
     ap.add_argument("--rejudge", action="store_true", help="judge the runs already under --out again (after the "
                     "baseline or the tiers changed) before reading their verdicts")
@@ -152,6 +153,8 @@ def main() -> int:
     if args.replay:  # the control: the baseline's own recipe replayed here must pass
         jobs["no fault (replay)"] = dict(tier="replay", sets=[], seed=None, env={}, expect="pass")
     for name, f in ({} if args.no_faults else FAULTS).items():
+        if args.fault and name not in args.fault:
+            continue
         sets = [x.format(lr=args.lr) for x in f.get("set", [])]
         for k in range(args.fault_seeds):
             seed = args.fault_seed + k
@@ -194,8 +197,8 @@ def main() -> int:
         for fut in cf.as_completed(futs):
             code, err = fut.result()
             name, where = futs[fut][0], futs[fut][1]
-            print(f"{name}: {where.name} exit {code}{' ' + err.strip().splitlines()[-1][:160] if code else ''}",
-                  flush=True)
+            tail = (err.strip().splitlines() or [""])[-1][:160]  # exit 1 without a word: this run alone FAILed
+            print(f"{name}: {where.name} exit {code} {tail}".rstrip(), flush=True)
     results: dict[str, dict] = {}
     for name, j in jobs.items():
         mine = [u for u in units if u[0] == name]

@@ -278,6 +278,27 @@ def test_different_seed_fails_under_exact(work: Path, recorded: dict[str, Path])
     assert v["tier"] == "statistical" and v["tiers_applied"] == ["statistical"] and "seed 43" in v["tier_reason"]
 
 
+def test_another_seed_trains_candidates_and_judges_their_median(work: Path, recorded: dict[str, Path]) -> None:
+    """A seed outside the baseline: the statistical tier decides, so `harness run` trains further seeds of the same
+    run (here --candidates 2: one more) into RUN_DIR/candidates/ and judges the median; `compare` reuses them."""
+    run_dir = work / "runs" / "seed-7"
+    proc = harness(work, "run", RECIPE, "--profile", "cpu", "--steps", "3", "--out", str(run_dir), "--runtime", "local",
+                   "--baseline", str(recorded["baseline"]), "--no-report", "--set", "seed=7", "--candidates", "2")
+    v = load_json_strict(run_dir / "verdict.json")
+    assert v["tier"] == "statistical" and "(median of 2 runs)" in v["summary_line"], proc.stderr[-2000:]
+    assert "training candidate seed 1000007 (1 of 1)" in proc.stderr
+    (cand,) = v["candidates"]
+    cand_dir = Path(cand["dir"])
+    assert cand["seed"] == 1_000_007 and cand_dir == run_dir / "candidates" / "seed-1000007"
+    m = load_json_strict(cand_dir / "manifest.json")
+    assert (m["seed"], m["status"], m["steps"]["completed"]) == (1_000_007, "complete", 3)
+    assert {"key": "seed", "value": 1_000_007} in m["overrides"]
+    before = tree_hashes(cand_dir)
+    proc = harness(work, "compare", str(run_dir), "--baseline", str(recorded["baseline"]), "--no-report")
+    again = load_json_strict(run_dir / "verdict.json")
+    assert again["candidates"] == v["candidates"] and tree_hashes(cand_dir) == before, proc.stdout
+
+
 # ----------------------------------------------------------------------------- replay
 def test_unpinned_machine_replays_and_passes(work: Path, recorded: dict[str, Path]) -> None:
     """Numerics other than the baseline's (the CPU pin lifted): `run` replays the recorded rollouts by itself, and
