@@ -7,7 +7,9 @@ machine's load at the moment, not the numerics). A statistical verdict judges ``
 runs by their median (default: the baseline policy's ``candidate_runs``): the seed's run and
 candidates of other seeds (:mod:`harness.judge.candidates`), which the campaign trains as runs of
 their own, in parallel, then moves under the run's ``candidates/`` and judges with ``harness
-compare`` — what ``harness run`` does one after the other.
+compare`` — what ``harness run`` does one after the other. Likewise its replay probe
+(:mod:`harness.judge.probe`: the baseline's first steps replayed with the run's settings), which
+a statistical verdict also holds to the replay tolerances.
 With ``--replay`` the same four faults are also replayed on the baseline's rollouts
 (``--tier replay``: each must FAIL within the first 3 steps). Runs go ``--jobs`` at a time, each
 with the numerics pin's thread count. Writes ``verdict_power.json`` and a Markdown table
@@ -70,9 +72,11 @@ def harness_cmd(*args: str) -> tuple[list[str], dict[str, str]]:
 
 def train_unit(recipe: str, out: Path, *, tier: str, sets: list[str], env: dict[str, str], profile: str,
                baseline: str | None, steps: int | None = None) -> tuple[int, str]:
-    """One run (``harness run --candidates 1``: the campaign trains a verdict's candidates itself, in parallel)."""
+    """One run (``harness run --candidates 1 --no-replay-probe``: the campaign trains a verdict's candidates and
+    probe itself, in parallel)."""
     cmd, full_env = harness_cmd("run", recipe, "--profile", profile, "--runtime", "local", "--out", str(out),
-                                "--quiet", "--no-report", "--tier", tier, "--candidates", "1")
+                                "--quiet", "--no-report", "--tier", tier, "--candidates", "1",
+                                "--no-replay-probe")
     cmd += ["--baseline", baseline] if baseline else []
     cmd += ["--steps", str(steps)] if steps else []
     for s in sets:
@@ -103,13 +107,15 @@ def read_result(out: Path, tier: str, code: int | None = None, wall: float = 0.0
         return {"dir": str(out), "status": "error", "exit": code, "wall_s": wall,
                 "error": (stderr.strip().splitlines() or ["no verdict"])[-1]}
     v = json.loads(verdict_file.read_text())
-    bad = [c for c in v["checks"] if not c["passed"] and c["group"] == tier]
+    own = {tier, "replay"} if tier == "statistical" else {tier}  # a statistical verdict includes its replay probe
+    bad = [c for c in v["checks"] if not c["passed"] and c["group"] in own]
     stat = {c["metric"]: c["detail"] for c in v["checks"] if c["group"] == "statistical"}
-    other = sorted({c["group"] for c in v["checks"] if not c["passed"] and c["group"] != tier})
+    other = sorted({c["group"] for c in v["checks"] if not c["passed"] and c["group"] not in own})
     # the tier's own outcome: a throughput miss on a loaded machine is not the tier's false alarm
     return {"dir": str(out), "status": "fail" if bad else "pass", "verdict": v["status"], "exit": code,
             "wall_s": round(wall, 1), "other_failed_groups": other,
             "candidates": [c["seed"] for c in v.get("candidates", [])],
+            "replay_probe": (v.get("replay_probe") or {}).get("steps_compared"),
             "tier": v["tier"], "failed": [c["metric"] for c in bad],
             "first_failing_step": min((c["failing_steps"][0] for c in bad if c["failing_steps"]), default=None),
             "statistics": stat, "summary": v["summary_line"]}
@@ -136,6 +142,7 @@ def main() -> int:
     ap.add_argument("--summarize", action="store_true", help="only re-read the verdicts of runs already under --out")
     ap.add_argument("--fault", nargs="+", choices=sorted(FAULTS), help="only these faults (default: all)")
     ap.add_argument("--no-faults", action="store_true", help="only the seed runs (the faults measured elsewhere)")
+    ap.add_argument("--no-probe", action="store_true", help="judge statistical verdicts without their replay probe")
     ap.add_argument("--rejudge", action="store_true", help="judge the runs already under --out again (after the "
                     "baseline or the tiers changed) before reading their verdicts")
     args = ap.parse_args()
@@ -143,6 +150,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from harness.judge.baseline import default_path, load_baseline
     from harness.judge.candidates import candidate_dir, candidate_seeds
+    from harness.judge.probe import probe_dir, probe_steps
 
     base = load_baseline(Path(args.baseline) if args.baseline else default_path(args.recipe, args.profile, "smoke"))
     taken = {base["primary_seed"], *base["noise_seeds"]}
@@ -165,35 +173,39 @@ def main() -> int:
     # every run is a unit of its own (a verdict's candidates train in parallel with it, in a staging folder, and
     # move under RUN_DIR/candidates/ once both are complete); a unit left unfinished by an interrupted campaign
     # is removed and trained again: the campaign owns everything under --out
-    units: list[tuple[str, Path, Path | None, list[str]]] = []  # (job, where it trains, where it ends, --set)
+    # (job, where it trains, where it ends, --set, tier, steps)
+    units: list[tuple[str, Path, Path | None, list[str], str, int | None]] = []
     for i, (name, j) in enumerate(jobs.items()):
         j["dir"] = args.out / f"run-{i:02d}"
         seed_set = [] if j["seed"] is None else [f"seed={j['seed']}"]
-        units.append((name, j["dir"], None, j["sets"] + seed_set))
+        units.append((name, j["dir"], None, j["sets"] + seed_set, j["tier"], args.steps))
         if j["tier"] == "statistical":
             for c in candidate_seeds(j["seed"], runs_per_verdict, taken):
                 units.append((name, args.out / "stage" / f"run-{i:02d}-seed-{c}", candidate_dir(j["dir"], c),
-                              j["sets"] + [f"seed={c}"]))
+                              j["sets"] + [f"seed={c}"], "statistical", args.steps))
+            if base.get("replay") and not args.no_probe:  # the probe replays with the baseline's own seed
+                units.append((name, args.out / "stage" / f"run-{i:02d}-probe", probe_dir(j["dir"]), j["sets"],
+                              "replay", min(probe_steps(base), args.steps or probe_steps(base))))
 
-    def settle(unit: tuple[str, Path, Path | None, list[str]]) -> bool:
+    def settle(unit: tuple[str, Path, Path | None, list[str], str, int | None]) -> bool:
         """Whether the unit is done (a finished candidate moved into place when its run is finished too)."""
-        _, where, final, _ = unit
+        name, where, final, *_ = unit
         if final is not None and is_done(final):
             return True
         if not is_done(where):
             return False
-        if final is not None and is_done(final.parents[1]):
+        if final is not None and is_done(jobs[name]["dir"]):
             final.parent.mkdir(exist_ok=True)
             where.rename(final)
         return True
 
     todo = [] if args.summarize else [u for u in units if not settle(u)]
-    for _, where, _, _ in todo:
+    for _, where, *_ in todo:
         if where.exists():
             shutil.rmtree(where)
     with cf.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futs = {pool.submit(train_unit, args.recipe, u[1], tier=jobs[u[0]]["tier"], sets=u[3], env=jobs[u[0]]["env"],
-                            profile=args.profile, baseline=args.baseline, steps=args.steps): u for u in todo}
+        futs = {pool.submit(train_unit, args.recipe, u[1], tier=u[4], sets=u[3], env=jobs[u[0]]["env"],
+                            profile=args.profile, baseline=args.baseline, steps=u[5]): u for u in todo}
         for fut in cf.as_completed(futs):
             code, err = fut.result()
             name, where = futs[fut][0], futs[fut][1]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.commands import add_override_argument, add_target_arguments, chosen_profile
-from harness.config.recipe import Resolved, resolve
+from harness.config.recipe import Resolved, parse_override, resolve
 from harness.config.safety.check import preflight
 from harness.errors import EXIT_OK, HarnessError
 from harness.run.record import default_run_dir
@@ -48,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidates", type=int, metavar="N", help="when the statistical tier decides the verdict: "
                    "judge the median of N runs, this one and N-1 of other seeds trained after it into "
                    "RUN_DIR/candidates/ (default: the baseline policy's candidate_runs; 1 = this run alone)")
+    p.add_argument("--no-replay-probe", action="store_true", help="when the statistical tier decides the verdict: "
+                   "do not replay the baseline's first steps with this run's settings into RUN_DIR/replay-probe/ "
+                   "(faults below the seeds' spread then go unseen; the verdict says so)")
     p.add_argument("--no-report", action="store_true", help="judge without rendering report.html and its plots "
                    "(verdict.json and the summary line are written as always)")
     p.add_argument("--nproc-per-node", type=int, help="torchrun processes per node on the cpu profile "
@@ -201,13 +204,26 @@ def execute(args: argparse.Namespace) -> int:
     if args.stage == "train":
         return EXIT_OK
 
+    def without_seed() -> list[str]:
+        return [o for o in args.overrides if parse_override(o)[0] != "seed"]
+
     def train_candidate(seed: int, cand_dir: Path) -> None:
-        sets = [o for o in args.overrides if o.split("=", 1)[0].strip() != "seed"] + [f"seed={seed}"]
+        sets = [*without_seed(), f"seed={seed}"]
         cand_args = argparse.Namespace(**{**vars(args), "overrides": sets, "resume": None})
         train_stage(resolve_args(args, sets), cand_args, cand_dir, runtime, image, None)
 
+    def train_probe(baseline: Path, primary_seed: int, steps: int, where: Path) -> None:
+        sets = without_seed()  # a replay starts from the baseline's policy: the baseline's seed
+        if resolve_args(args, sets).config["seed"] != primary_seed:
+            sets.append(f"seed={primary_seed}")
+        probe_args = argparse.Namespace(**{**vars(args), "overrides": sets, "resume": None, "steps": steps,
+                                           "tier": "replay"})
+        train_stage(resolve_args(args, sets), probe_args, where, "local", None, baseline)
+
     return judge_and_report(res, run_dir, baseline=args.baseline or replay, quiet=args.quiet, tier=args.tier,
                             report=not getattr(args, "no_report", False), train_candidate=train_candidate,
+                            train_probe=None if runtime != "local" or getattr(args, "no_replay_probe", False)
+                            else train_probe,
                             candidates=getattr(args, "candidates", None))
 
 
@@ -231,7 +247,7 @@ def train_missing_candidates(run_dir: Path, verdict: Any, wanted: int | None,
         cand_dir = candidates.candidate_dir(run_dir, seed)
         if cand_dir.exists() or cand_dir.is_symlink():
             raise HarnessError("holds something that is not a finished candidate run of this run", file=str(cand_dir),
-                               fix="remove it, then run `harness compare` on the run directory or run again")
+                               fix=LEFTOVER_FIX)
         if not quiet:
             sys.stderr.write(f"notice: the statistical tier judges the median of {want} runs: training candidate "
                              f"seed {seed} ({i} of {len(todo)}) into {cand_dir}\n")
@@ -240,15 +256,54 @@ def train_missing_candidates(run_dir: Path, verdict: Any, wanted: int | None,
     return bool(todo)
 
 
+LEFTOVER_FIX = ("remove it; `harness compare RUN_DIR` then judges the run without it (with a notice), and "
+                "`harness run` trains it when the run is repeated")
+
+
+def train_missing_probe(run_dir: Path, verdict: Any, train_probe: Callable[[Path, int, int, Path], None],
+                        quiet: bool) -> bool:
+    """Train the replay probe a statistical verdict lacks (:mod:`harness.judge.probe`); True if it was.
+
+    A probe directory that exists but is not this run's finished probe is refused, not overwritten.
+    """
+    from harness.judge import probe
+    from harness.judge.baseline import load_baseline
+
+    if verdict.replay_probe is not None or verdict.baseline is None:
+        return False
+    path = Path(verdict.baseline["path"])
+    baseline = load_baseline(path)
+    if probe.unavailable(baseline, "local"):
+        return False
+    where = probe.probe_dir(run_dir)
+    if where.exists() or where.is_symlink():
+        raise HarnessError("holds something that is not a finished replay probe of this run", file=str(where),
+                           fix=LEFTOVER_FIX)
+    steps = probe.probe_steps(baseline)
+    if not quiet:
+        sys.stderr.write(f"notice: the statistical tier also replays the baseline's first {steps} steps with this "
+                         f"run's settings (a replay probe) into {where}\n")
+    train_probe(path, baseline["primary_seed"], steps, where)
+    return True
+
+
 def judge_and_report(res: Resolved, run_dir: Path, *, baseline: Path | None, quiet: bool,
                      tier: str | None = None, report: bool = True,
-                     train_candidate: Callable[[int, Path], None] | None = None, candidates: int | None = None) -> int:
-    from harness.judge.compare import judge
+                     train_candidate: Callable[[int, Path], None] | None = None,
+                     train_probe: Callable[[Path, int, int, Path], None] | None = None,
+                     candidates: int | None = None) -> int:
+    """Judge the run and write its verdict (and report). When the statistical tier decides, first train what
+    the verdict lacks (candidate runs, the replay probe) and judge again with them."""
+    from harness.judge.compare import judge, write_verdict
 
-    verdict = judge(run_dir, res, baseline_path=baseline, tier=tier)
-    if train_candidate is not None and verdict.tier == "statistical" and verdict.status in ("pass", "fail") \
-            and train_missing_candidates(run_dir, verdict, candidates, train_candidate, quiet):
-        verdict = judge(run_dir, res, baseline_path=baseline, tier=tier)
+    verdict = judge(run_dir, res, baseline_path=baseline, tier=tier, write=False)
+    if verdict.tier == "statistical" and verdict.status in ("pass", "fail"):
+        trained = train_candidate is not None and train_missing_candidates(run_dir, verdict, candidates,
+                                                                          train_candidate, quiet)
+        trained = (train_probe is not None and train_missing_probe(run_dir, verdict, train_probe, quiet)) or trained
+        if trained:
+            verdict = judge(run_dir, res, baseline_path=baseline, tier=tier, write=False)
+    write_verdict(run_dir, verdict)
     if report:
         from harness.judge.report import write_run_report
 

@@ -417,8 +417,14 @@ def verdict_schema() -> dict[str, Any]:
         "candidates": array("Runs of other seeds judged with this one by the statistical tier (their median).",
                             obj("One candidate run.", {"seed": integer("Seed.", 0),
                                                        "dir": string("Run directory.", min_length=1)})),
+        "replay_probe": {**obj("The replay probe judged with a statistical verdict: the baseline's first steps "
+                               "replayed with the run's settings (its checks are the replay group); null when "
+                               "there is none.", {
+                                   "dir": string("Probe run directory.", min_length=1),
+                                   "steps_compared": integer("Replayed steps compared.", 0),
+                               }), "type": ["object", "null"]},
         "summary_line": string("The one-line summary printed by run/compare.", min_length=1),
-    }, optional=("candidates",))
+    }, optional=("candidates", "replay_probe"))
     return _top("verdict", "verdict", schema)
 
 

@@ -50,20 +50,39 @@ def candidate_dir(run_dir: Path, seed: int) -> Path:
     return Path(run_dir) / CANDIDATES_DIR / f"seed-{seed}"
 
 
-def _same_run(primary: dict[str, Any], cand: dict[str, Any]) -> str:
-    """Why ``cand`` is not the primary run with another seed ('' when it is)."""
+def differs(primary: dict[str, Any], other: dict[str, Any]) -> str:
+    """Why ``other`` is not a run of the primary's recipe, profile, scale, fault and overrides ('' when it is;
+    the seed is not compared)."""
     for key, what in (("profile", "profile"), ("scale", "scale"), ("fault_injection", "fault injection")):
-        if cand.get(key) != primary.get(key):
+        if other.get(key) != primary.get(key):
             return f"another {what}"
-    if cand["recipe"]["hash"] != primary["recipe"]["hash"]:
+    if other["recipe"]["hash"] != primary["recipe"]["hash"]:
         return "another recipe"
+
     def others(m: dict[str, Any]) -> list[tuple[str, Any]]:
         return [(o["key"], o["value"]) for o in m["overrides"] if o["key"] != "seed"]
-    if others(cand) != others(primary):
+    if others(other) != others(primary):
         return "other overrides"
-    if cand["seed"] == primary["seed"]:
-        return "the same seed as the run"
     return ""
+
+
+def read_finished(entry: Path) -> tuple[dict[str, Any] | None, str]:
+    """The manifest of the finished run in ``entry``, or None and why it is not one. Only the manifest is read
+    (nothing in a run directory is executed or unpickled)."""
+    if not entry.is_dir() or entry.is_symlink():
+        return None, "not a run directory"
+    if not (entry / "manifest.json").is_file() or (entry / MARKER).exists():
+        return None, "unfinished"
+    try:
+        manifest = load_json_strict(entry / "manifest.json", follow_symlinks=False)
+    except HarnessError as err:
+        return None, err.one_line()
+    errs = schema_errors(manifest, "manifest")
+    if errs:
+        return None, f"manifest fails its schema at {errs[0][0]}"
+    if manifest["status"] != "complete":
+        return None, f"status {manifest['status']}"
+    return manifest, ""
 
 
 @dataclass(frozen=True)
@@ -84,28 +103,17 @@ def find(run_dir: Path, primary: dict[str, Any]) -> Candidates:
     runs, notices = [], []
     for entry in sorted(root.iterdir()):
         m = _NAME.match(entry.name)
-        why = ""
         if not m or not entry.is_dir() or entry.is_symlink():
-            why = "not a candidate run directory (seed-<N>/)"
-        elif not (entry / "manifest.json").is_file() or (entry / MARKER).exists():
-            why = "unfinished"
-        else:
-            try:
-                manifest = load_json_strict(entry / "manifest.json", follow_symlinks=False)
-            except HarnessError as err:
-                manifest, why = None, err.one_line()
-            if manifest is not None:
-                errs = schema_errors(manifest, "manifest")
-                if errs:
-                    why = f"manifest fails its schema at {errs[0][0]}"
-                elif manifest["status"] != "complete":
-                    why = f"status {manifest['status']}"
-                elif manifest["seed"] != int(m[1]):
-                    why = f"holds seed {manifest['seed']}, not {m[1]}"
-                else:
-                    why = _same_run(primary, manifest)
+            notices.append(f"candidate {entry} left out: not a candidate run directory (seed-<N>/)")
+            continue
+        manifest, why = read_finished(entry)
+        if manifest is not None:
+            why = (f"holds seed {manifest['seed']}, not {m[1]}" if manifest["seed"] != int(m[1])
+                   else "the same seed as the run" if manifest["seed"] == primary["seed"]
+                   else "a replay, not a free run" if manifest.get("replay")
+                   else differs(primary, manifest))
         if why:
             notices.append(f"candidate {entry} left out: {why}")
         else:
-            runs.append((int(m[1]), entry))  # type: ignore[index]
+            runs.append((int(m[1]), entry))
     return Candidates(runs, notices)

@@ -32,7 +32,7 @@ from typing import Any
 from harness.config.schema import check, schema_errors
 from harness.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, HarnessError
 from harness.jsonio import file_sha256, load_json_strict, write_json_atomic
-from harness.judge import candidates
+from harness.judge import candidates, probe
 from harness.judge.baseline import default_path, load_baseline, load_series
 from harness.judge.tiers import TIER_ORDER, TIERS, Check, Context, bitwise_equal, evaluate, fmt  # noqa: F401 (re-exported)
 from harness.run import environment
@@ -123,6 +123,24 @@ def _add_candidates(v: Verdict, ctx: Context, run_dir: Path, manifest: dict[str,
                          "baselines/README.md)")
 
 
+def _add_probe(v: Verdict, ctx: Context, run_dir: Path, manifest: dict[str, Any], baseline: dict[str, Any]) -> None:
+    """Judge the run's replay probe (:mod:`harness.judge.probe`) by the replay tier; say when there is none."""
+    why = probe.unavailable(baseline, manifest["runtime"]["kind"])
+    found = probe.find(run_dir, manifest, v.baseline["sha256"]) if not why else probe.Probe(None, None, [])
+    v.notices += found.notices
+    if found.dir is None or found.manifest is None:
+        v.notices.append("statistical: no replay probe, so faults below the seeds' spread go unseen ("
+                         + (why or "`harness run` trains it into RUN_DIR/" + probe.PROBE_DIR + "/") + ")")
+        return
+    m = found.manifest
+    upto = min(m["steps"]["completed"], probe.probe_steps(baseline))
+    pctx = Context(load_series(found.dir), baseline, upto, environment.summary(m),
+                   m["resolved_config"]["model"]["dtype"], ctx.baseline_dtype)
+    v.checks += TIERS["replay"](pctx)
+    v.tiers_applied = [*v.tiers_applied, "replay"]
+    v.replay_probe = {"dir": str(found.dir), "steps_compared": upto}
+
+
 def _bitwise_reproduced(ctx: Context) -> bool:
     """Every exact-gated metric of the run equals the baseline's primary run at every step, bit for bit.
 
@@ -154,6 +172,7 @@ class Verdict:
     checks: list[Check] = field(default_factory=list)
     changes: list[dict[str, Any]] = field(default_factory=list)
     candidates: list[dict[str, Any]] = field(default_factory=list)  # other seeds judged with the run (statistical)
+    replay_probe: dict[str, Any] | None = None  # the baseline's first steps replayed with the run's settings
     created_utc: str = field(default_factory=utc_now)
 
     @property
@@ -182,6 +201,10 @@ class Verdict:
             parts.append(f"{c['checks'] - c['failed']}/{c['checks']} gated metrics {word}"
                          + (f" (median of {len(self.candidates) + 1} runs)" if self.tier == "statistical"
                             and self.candidates else ""))
+        if self.replay_probe is not None and "replay" in counts:
+            c = counts["replay"]
+            parts.append(f"replay probe {c['checks'] - c['failed']}/{c['checks']} within tolerance "
+                         f"({self.replay_probe['steps_compared']} steps)")
         for g in ("band", "statistical"):
             if g != self.tier and g in counts and counts[g]["failed"]:
                 parts.append(f"{g} {counts[g]['failed']} failed")
@@ -217,7 +240,8 @@ class Verdict:
                 "run": self.run, "baseline": self.baseline, "policy": self.policy, "overrides": self.overrides,
                 "fault_injection": self.fault_injection, "reasons": self.reasons, "notices": self.notices,
                 "counts": self.counts(), "checks": [c.as_dict() for c in self.checks], "changes": self.changes,
-                "candidates": self.candidates, "summary_line": self.summary_line()}
+                "candidates": self.candidates, "replay_probe": self.replay_probe,
+                "summary_line": self.summary_line()}
 
 
 def _k(x: float | None) -> str:
@@ -243,10 +267,15 @@ def judge(run_dir: Path, res: Any = None, baseline_path: Path | None = None, *, 
     run_dir = Path(run_dir)
     verdict = _judge(run_dir, baseline_path, tier)
     if write:
-        doc = verdict.to_dict()
-        check(doc, "verdict", str(run_dir / VERDICT_FILE))
-        write_json_atomic(run_dir / VERDICT_FILE, doc)
+        write_verdict(run_dir, verdict)
     return verdict
+
+
+def write_verdict(run_dir: Path, verdict: Verdict) -> None:
+    """``run_dir/verdict.json``, checked against its schema, written atomically."""
+    doc = verdict.to_dict()
+    check(doc, "verdict", str(Path(run_dir) / VERDICT_FILE))
+    write_json_atomic(Path(run_dir) / VERDICT_FILE, doc)
 
 
 def require_baseline_file(path: Path) -> None:
@@ -344,6 +373,8 @@ def _judge(run_dir: Path, baseline_path: Path | None, forced: str | None) -> Ver
     moved = [c["key"] for c in v.changes if c["blocks_exact"]] + (["replay run (no sampling)"] if replayed else [])
     v.checks, notices = evaluate(ctx, tiers, throughput=not replayed, memory_differs=moved)
     v.notices += notices
+    if v.tier == "statistical":
+        _add_probe(v, ctx, run_dir, manifest, baseline)
     v.reasons = failure_reasons(v.checks)
     if v.tier == "exact" and any(c.group == "exact" and not c.passed for c in v.checks):
         diff = run_differences(manifest, baseline)

@@ -16,10 +16,14 @@
   only meaningful where trajectories can coincide (forced with ``--tier band``, or as diagnostics
   under ``exact``).
 - ``statistical`` — late-window means of convergence metrics against the seeds' distribution
-  (:mod:`harness.judge.stats`: olympic mean, one-sided t-test, Bonferroni over metrics).
+  (:mod:`harness.judge.stats`: olympic mean, one-sided t-test, Bonferroni over metrics), for the
+  median of the run and its candidate runs (:mod:`harness.judge.candidates`); the verdict adds its
+  replay probe's ``replay`` checks (:mod:`harness.judge.probe`).
 
 Throughput is judged only against a reference from the same device model and thread count;
-otherwise the verdict says the numbers are not comparable (a notice, never a FAIL).
+otherwise the verdict says the numbers are not comparable (a notice, never a FAIL). A machine
+whose speed calibration is slower than the reference's gets a floor lowered to match
+(:data:`MIN_SPEED_SCALE`).
 """
 
 from __future__ import annotations
@@ -286,6 +290,15 @@ def throughput_reference(baseline: dict[str, Any], run_env: dict[str, Any] | Non
                   "`harness record-baseline … --throughput-only`")
 
 
+# The model string does not pin a virtual machine's speed (baselines/README.md: "AMD EPYC" measured 9.8k and 7.4k
+# tok/s in two sessions), so every run times a small fixed workload (its calibration: the faster of the samples at
+# its start and end). A calibration slower than the reference's lowers the floor by that ratio: a fresh, slower
+# machine of the same model is not a regression. A faster one never raises it (the samples spread under a
+# neighbour's load, and a raised floor made the main command false-FAIL in a container), and a code slowdown does
+# not touch the calibration, so it still fails. Below MIN_SPEED_SCALE the machine is not the same kind: a notice.
+MIN_SPEED_SCALE = 0.7
+
+
 def speed_scale(ctx: Context, ref: dict[str, Any]) -> float | None:
     """Run speed / reference speed (machine calibration), when both were measured with the same torch.
 
@@ -313,10 +326,18 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
     if speed.left_out and speed.judgeable:
         notices.append(f"throughput over the {len(vals)} steady steps with uncontended CPUs ({speed.why_not()})")
     q = pol.get("quantile", 0.5)
-    med, base = quantile(vals, q), ref["value"]
-    scale = speed_scale(ctx, ref)  # recorded, not applied: measured too noisy to move a floor (baselines/README)
-    if scale and not 0.7 <= scale <= 1.4:
+    med, ref_value = quantile(vals, q), ref["value"]
+    scale = speed_scale(ctx, ref)
+    if scale is not None and scale < MIN_SPEED_SCALE:
+        notices.append(f"throughput not comparable: this machine ran the speed calibration at {scale:.2f}x the "
+                       f"reference machine's ({ref['device_model']}), not the same kind of machine — add this "
+                       "machine's with `harness record-baseline … --throughput-only`")
+        return []
+    if scale and scale > 1.4:
         notices.append(f"this machine ran the speed calibration at {scale:.2f}x the reference machine's")
+    # a slower calibration lowers the floor, a faster one never raises it (see MIN_SPEED_SCALE)
+    relax = min(1.0, scale) if scale else 1.0
+    base = ref_value * relax
     tol = min(pol["max_tolerance"], max(pol["min_tolerance"], pol["spread_factor"] * ref["relative_spread"]))
     ok = med >= base * (1 - tol)
     if not speed.judgeable:  # measured on a busy machine: above the floor even so is a pass; below says nothing
@@ -324,13 +345,14 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
             notices.append(f"throughput not judged: {speed.why_not()} — re-run on an idle machine")
             return []
         notices.append(f"throughput passed although {speed.why_not()}")
-    if med > base * pol["refresh_ratio"]:
-        notices.append(f"throughput {med:,.0f} tok/s is {med / base:.2f}x the baseline's {base:,.0f}: "
+    if med > ref_value * pol["refresh_ratio"]:
+        notices.append(f"throughput {med:,.0f} tok/s is {med / ref_value:.2f}x the baseline's {ref_value:,.0f}: "
                        "refresh the baseline (record-baseline --throughput-only --force)")
     what = "median" if q == 0.5 else f"p{q * 100:.0f}"
-    calib = f"; this machine's calibrated speed {scale:.2f}x the reference's" if scale else ""
-    detail = (f"{what} {med:,.0f} tok/s over {len(vals)} steady steps vs {base:,.0f} on {ref['device_model']}{calib} "
-              f"({(med / base - 1) * 100:+.1f}%; floor -{tol * 100:.0f}%)")
+    calib = (f"; this machine's calibrated speed {scale:.2f}x the reference's"
+             + (f", so the reference is taken as {base:,.0f}" if relax < 1.0 else "") if scale else "")
+    detail = (f"{what} {med:,.0f} tok/s over {len(vals)} steady steps vs {ref_value:,.0f} on {ref['device_model']}"
+              f"{calib} ({(med / base - 1) * 100:+.1f}%; floor -{tol * 100:.0f}%)")
     return [Check("throughput", pol["metric"], None, med, base, base * tol, ok, len(vals), [], detail)]
 
 

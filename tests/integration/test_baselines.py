@@ -5,7 +5,8 @@ with the real ``record-baseline`` command, which also replays the primary run on
 replay noise), then one gate run (seed 42, must pass at the exact tier and be bitwise identical to
 the baseline's primary run), four mutation runs (lr x 100, KL coefficient 0, flipped advantage
 sign, 30 % slowdown) and two replays (unpinned: pass; lr x 100: fail): 11 runs of STEPS steps, plus
-two runs killed early. STEPS is smaller than the recipe's 40; the baseline is recorded for that many
+two runs killed early, and two statistical verdicts of 3 steps (another seed with a candidate run;
+KL coefficient 0), each with its 10-step replay probe. STEPS is smaller than the recipe's 40; the baseline is recorded for that many
 steps, so every comparison covers the same steps. A different seed under ``exact``, refusals and
 schema failures re-judge existing runs (no training). The slowed run's throughput is judged against
 its own speed without the fault (see the test), not against other runs on a shared machine.
@@ -293,10 +294,34 @@ def test_another_seed_trains_candidates_and_judges_their_median(work: Path, reco
     m = load_json_strict(cand_dir / "manifest.json")
     assert (m["seed"], m["status"], m["steps"]["completed"]) == (1_000_007, "complete", 3)
     assert {"key": "seed", "value": 1_000_007} in m["overrides"]
-    before = tree_hashes(cand_dir)
+    # and the replay probe: the baseline's first steps replayed with this run's settings (seed aside), on this
+    # machine, the one that recorded the baseline: within the replay tolerances
+    probe_dir = run_dir / "replay-probe"
+    assert v["replay_probe"] == {"dir": str(probe_dir), "steps_compared": 10}, v["notices"]
+    assert "replay probe" in proc.stderr and not failed(v, "replay"), v["summary_line"]
+    pm = load_json_strict(probe_dir / "manifest.json")
+    assert pm["seed"] == 42 and pm["replay"]["baseline_sha256"] == sha(recorded["baseline"])
+    before = tree_hashes(cand_dir), tree_hashes(probe_dir)
     proc = harness(work, "compare", str(run_dir), "--baseline", str(recorded["baseline"]), "--no-report")
     again = load_json_strict(run_dir / "verdict.json")
-    assert again["candidates"] == v["candidates"] and tree_hashes(cand_dir) == before, proc.stdout
+    assert again["candidates"] == v["candidates"] and again["replay_probe"] == v["replay_probe"], proc.stdout
+    assert (tree_hashes(cand_dir), tree_hashes(probe_dir)) == before
+
+
+def test_a_fault_below_the_seeds_spread_fails_a_statistical_verdict_through_its_probe(
+        work: Path, recorded: dict[str, Path]) -> None:
+    """KL coefficient 0 does not move the reward beyond the seeds' spread at smoke scale, but it changes the update:
+    another seed with it FAILs, by the replay probe."""
+    run_dir = work / "runs" / "seed-8-kl0"
+    proc = harness(work, "run", RECIPE, "--profile", "cpu", "--steps", "3", "--out", str(run_dir), "--runtime", "local",
+                   "--baseline", str(recorded["baseline"]), "--no-report", "--quiet", "--candidates", "1",
+                   "--set", "seed=8", "--set", "actor_rollout_ref.actor.kl_loss_coef=0")
+    v = load_json_strict(run_dir / "verdict.json")
+    assert proc.returncode == 1 and v["status"] == "fail" and v["tier"] == "statistical", v["summary_line"]
+    bad = [c for c in v["checks"] if c["group"] == "replay" and not c["passed"]]
+    assert bad and min(c["failing_steps"][0] for c in bad) <= 3, v["summary_line"]
+    pm = load_json_strict(run_dir / "replay-probe" / "manifest.json")
+    assert {"key": "actor_rollout_ref.actor.kl_loss_coef", "value": 0} in pm["overrides"] and pm["seed"] == 42
 
 
 # ----------------------------------------------------------------------------- replay
