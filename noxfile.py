@@ -1,4 +1,4 @@
-"""Sessions: validate · lint · tests · integration · run-recipe · record-baseline · gate · build-image · certify · lint-verl.
+"""Sessions: validate · lint · typecheck · tests · integration · run-recipe · record-baseline · gate · build-image · certify · lint-verl.
 
 Every session installs the project (editable) with the exact versions of ``constraints.txt`` on
 nox's default virtualenv/pip backend (pip finds the local CPU torch wheel; uv would not).
@@ -10,11 +10,12 @@ from __future__ import annotations
 import nox
 
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["validate", "lint", "tests", "integration"]
+nox.options.sessions = ["validate", "lint", "typecheck", "tests", "integration"]
 nox.options.default_venv_backend = "virtualenv"
 
 PYTHON = None  # the interpreter nox runs on
 LINT_PIN = "ruff==0.17.6"
+TYPECHECK_PIN = "mypy==1.19.1"
 
 
 def _install(session: nox.Session, extras: str = "") -> None:
@@ -55,6 +56,14 @@ def lint(session: nox.Session) -> None:
     # pinned here, not in constraints.txt: that file is the run's software lock, which certificates bind
     session.install(LINT_PIN)
     session.run("ruff", "check", "harness", "tests", "bench", "noxfile.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy over the package, against the pinned torch / transformers / numpy (settings in pyproject.toml)."""
+    _install(session)
+    session.install(TYPECHECK_PIN)  # beside the run's lock, like ruff
+    session.run("mypy", *session.posargs)
 
 
 @nox.session(name="run-recipe", python=PYTHON)

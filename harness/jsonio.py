@@ -19,7 +19,7 @@ import math
 import os
 import stat
 import tempfile
-from json.decoder import JSONDecodeError, scanstring
+from json.decoder import JSONDecodeError, scanstring  # type: ignore[attr-defined]  # not in typeshed
 from pathlib import Path
 from typing import Any
 

@@ -50,7 +50,7 @@ def _is_dtensor(t: Any) -> bool:
 def _encode(obj: Any, tensors: dict[str, torch.Tensor], seen: set[int]) -> Any:
     if isinstance(obj, torch.Tensor):
         tag = "D" if _is_dtensor(obj) else "T"
-        t = (obj.to_local() if tag == "D" else obj).detach().cpu().contiguous()
+        t = (obj.to_local() if tag == "D" else obj).detach().cpu().contiguous()  # type: ignore[attr-defined]  # DTensor
         ptr = t.untyped_storage().data_ptr()
         if t.numel() and ptr in seen:  # safetensors refuses tensors that share memory (tied weights)
             t = t.clone()

@@ -176,7 +176,7 @@ def execute(args: argparse.Namespace) -> int:
     system = derive_system(profile, [m for _, m in manifests], image)
     summary, result = summarize(checks)
     recipes = sorted({Path(p["res"].path).resolve() for p in plans})
-    doc = {
+    doc: dict[str, Any] = {
         "schema_version": 1, "created_utc": utc_now(), "command": _command(args),
         "harness": {"version": __version__, **git_revision()},
         "profile": {"name": profile["name"], "path": rel(PROFILES_DIR / f"{profile['name']}.json", ROOT),

@@ -179,8 +179,9 @@ def execute(args: argparse.Namespace) -> int:
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as fh:
             fh.write(md)
     if args.junit:
-        write_bytes_atomic(args.junit, ET.tostring(junit(results, profile).getroot(), encoding="utf-8",
-                                                   xml_declaration=True))
+        root = junit(results, profile).getroot()
+        assert root is not None
+        write_bytes_atomic(args.junit, ET.tostring(root, encoding="utf-8", xml_declaration=True))
     write_gate_report(args.out, results)
     sys.stdout.write(md)
     ok = bool(results) and all(r["status"] == "pass" for r in results)

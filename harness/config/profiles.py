@@ -77,7 +77,7 @@ def probe_machine() -> Machine:
     """Read the live machine: accelerators via torch (torch_npu only if it is installed)."""
     import torch
 
-    common = dict(cpu_cores=os.cpu_count() or 1, host_memory_gb=round(_host_memory_gb(), 1),
+    common: dict[str, Any] = dict(cpu_cores=os.cpu_count() or 1, host_memory_gb=round(_host_memory_gb(), 1),
                   hostname=platform.node(), cpu_model=cpu_model_name())
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         props = torch.cuda.get_device_properties(0)

@@ -17,7 +17,7 @@ import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -214,7 +214,7 @@ def load_local(path: str | Path) -> list[Example]:
             )
         images = tuple(_decode_image(im, path.parent, path, f"[{i}].images[{j}]") for j, im in enumerate(raw_images))
         question = IMAGE_PLACEHOLDER.sub(" ", question).strip()
-        extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+        extra: dict[str, Any] = row["extra_info"] if isinstance(row.get("extra_info"), dict) else {}
         uid = str(row.get("uid") or row.get("id") or extra.get("index", f"{path.stem}-{i}"))
         source = str(row.get("data_source") or "hiyouga/geometry3k")
         out.append(Example(uid=uid, data_source=source, question=question, answer=str(answer), images=images))
@@ -403,7 +403,7 @@ def collate_prompts(
     out = {"input_ids": input_ids, "attention_mask": attention_mask}
     with_images = [p for p in batch if p.pixel_values is not None]
     if with_images:
-        out["pixel_values"] = torch.cat([p.pixel_values for p in with_images], dim=0)
-        out["image_grid_thw"] = torch.cat([p.image_grid_thw for p in with_images], dim=0)
+        out["pixel_values"] = torch.cat([cast(torch.Tensor, p.pixel_values) for p in with_images], dim=0)
+        out["image_grid_thw"] = torch.cat([cast(torch.Tensor, p.image_grid_thw) for p in with_images], dim=0)
         out["mm_token_type_ids"] = ((input_ids == image_pad_id) & attention_mask.bool()).to(torch.long)
     return out

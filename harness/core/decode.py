@@ -25,12 +25,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from harness.core.models import forward_logits, upcast
+from harness.core.models import HFModel, ModelInputs, forward_logits, upcast
 
 Sampler = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]  # (logits (B, V), uniforms (B,)) -> (tokens, log-probs)
 
 
-def pick_engine(model: torch.nn.Module, device: torch.device, *, sharded: bool) -> tuple[str, str | None]:
+def pick_engine(model: HFModel, device: torch.device, *, sharded: bool) -> tuple[str, str | None]:
     """(engine, why not ``graph``): ``graph`` on one CUDA device where every op of a step can be captured.
 
     The CPU keeps the dynamic loop (its metrics are the committed baselines'). Sharded models keep it
@@ -90,7 +90,7 @@ class StaticDecoder:
     step. Loading zeroes the cache and refills every buffer, which is the state a new decoder has.
     """
 
-    def __init__(self, model: torch.nn.Module, *, batch: int, prompt_len: int, max_new_tokens: int, pos_3d: bool,
+    def __init__(self, model: HFModel, *, batch: int, prompt_len: int, max_new_tokens: int, pos_3d: bool,
                  vocab: int, device: torch.device, eos_id: int, pad_id: int, ignore_eos: bool,
                  logits_dtype: torch.dtype) -> None:
         from transformers import StaticCache
@@ -98,7 +98,7 @@ class StaticDecoder:
         self.model = model
         B, P, R = batch, prompt_len, max_new_tokens
         self.P, self.R = P, R
-        self.cache = StaticCache(config=model.config, max_cache_len=P + R)
+        self.cache: Any = StaticCache(config=model.config, max_cache_len=P + R)  # layers: transformers-internal
         self.eos_id, self.pad_id, self.ignore_eos = eos_id, pad_id, ignore_eos
         self.sampler: Sampler | None = None
         self.bias = torch.zeros(vocab, dtype=logits_dtype, device=device)  # in the logits' dtype once, not per step
@@ -162,7 +162,7 @@ class StaticDecoder:
         self._record(logits)
 
     # ------------------------------------------------------------------ driver
-    def prefill(self, prompt_ids: Tensor, prompt_mask: Tensor, pos: Tensor, vision: dict[str, Tensor | None]) -> None:
+    def prefill(self, prompt_ids: Tensor, prompt_mask: Tensor, pos: Tensor, vision: ModelInputs) -> None:
         logits, _ = forward_logits(self.model, input_ids=prompt_ids,
                                    attention_mask=prefill_mask(prompt_mask, self.P + self.R), pos=pos,
                                    pixel_values=vision["pixel_values"], image_grid_thw=vision["image_grid_thw"],
@@ -211,7 +211,7 @@ _DECODERS: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, StaticDecoder]
 KEEP_DECODERS = 2  # per model: the training rollout's shape and the validation's
 
 
-def decoder_for(model: torch.nn.Module, key: tuple, **kwargs: Any) -> StaticDecoder:
+def decoder_for(model: HFModel, key: tuple, **kwargs: Any) -> StaticDecoder:
     """The decoder of ``model`` for ``key`` (every shape and sampling setting a captured graph bakes in).
 
     Made on first use and kept (the most recently used :data:`KEEP_DECODERS` per model), so that a

@@ -13,7 +13,7 @@ import random
 import re
 import resource
 import sys
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -213,7 +213,12 @@ def fast_kernels(device: torch.device, deterministic: bool) -> bool:
     return device.type == "cuda" and not deterministic
 
 
-def adamw_kernel(device: torch.device, deterministic: bool) -> dict[str, bool | None]:
+class AdamWKernel(TypedDict):
+    fused: bool | None
+    foreach: bool | None
+
+
+def adamw_kernel(device: torch.device, deterministic: bool) -> AdamWKernel:
     """Which AdamW implementation: fused on the CPU (its square root is the instruction's, the same bits on
     every x86-64 machine; the per-tensor step's goes through oneMKL's vector math, which differs between
     Intel and AMD) and on CUDA outside deterministic mode; else the per-tensor loop."""

@@ -61,7 +61,7 @@ def _lean_forward(self: torch.nn.Module, hidden_states: Tensor) -> Tensor:
     return type(self).forward(self, hidden_states)
 
 
-def _same_bits(module: torch.nn.Module) -> bool:
+def _same_bits(module: Any) -> bool:  # an RMSNorm of a transformers model (weight, variance_epsilon)
     """The lean forward gives the class's own bits on a sample (the check that the class is the one meant)."""
     w = module.weight
     n = w.shape[-1]

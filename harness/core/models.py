@@ -16,7 +16,7 @@ import importlib.util
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor
@@ -24,6 +24,22 @@ from torch import Tensor
 from harness.errors import HarnessError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+
+
+
+# A transformers model (PreTrainedModel): its config, submodules and cache layers are dynamic attributes that a
+# type checker cannot follow through torch.nn.Module (which types every attribute as Tensor | Module).
+HFModel = Any
+
+
+class ModelInputs(TypedDict):
+    """What a log-prob forward takes: full sequences, and the vision inputs when the batch has images."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    pixel_values: Tensor | None
+    image_grid_thw: Tensor | None
+    mm_token_type_ids: Tensor | None
 
 
 def upcast(x: Tensor) -> Tensor:
@@ -62,7 +78,7 @@ def build_config(cfg: dict[str, Any], token_ids: dict[str, int]) -> Any:
     text = dict(arch["text"])
     max_pos = (cfg["actor_rollout_ref"]["model"]["override_config"] or {}).get("max_position_embeddings") \
         or text["max_position_embeddings"]
-    moe = text.get("moe")
+    moe: dict[str, Any] = text.get("moe") or {}
     common = dict(
         vocab_size=text["vocab_size"], hidden_size=text["hidden_size"], intermediate_size=text["intermediate_size"],
         num_hidden_layers=text["num_hidden_layers"], num_attention_heads=text["num_attention_heads"],
@@ -213,7 +229,7 @@ def next_positions(pos: Tensor, attention_mask: Tensor) -> Tensor:
     return torch.where(attention_mask.bool(), p, torch.zeros_like(p)).max(dim=-1).values + 1
 
 
-def forward_logits(model: torch.nn.Module, *, input_ids: Tensor, attention_mask: Tensor, pos: Tensor,
+def forward_logits(model: HFModel, *, input_ids: Tensor, attention_mask: Tensor, pos: Tensor,
                    pixel_values: Tensor | None = None, image_grid_thw: Tensor | None = None,
                    mm_token_type_ids: Tensor | None = None, cache: Any = None, logits_to_keep: int = 0) -> tuple[Tensor, Any]:
     """One forward; returns (logits, cache). Images only on the first (prefill) call."""
@@ -229,7 +245,7 @@ def forward_logits(model: torch.nn.Module, *, input_ids: Tensor, attention_mask:
     return out.logits, cache
 
 
-def forward_hidden(model: torch.nn.Module, *, input_ids: Tensor, attention_mask: Tensor, pos: Tensor,
+def forward_hidden(model: HFModel, *, input_ids: Tensor, attention_mask: Tensor, pos: Tensor,
                    pixel_values: Tensor | None = None, image_grid_thw: Tensor | None = None,
                    mm_token_type_ids: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The decoder's last hidden states (B, L, H) and the output head's weight (V, H), no logits.

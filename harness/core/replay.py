@@ -65,7 +65,7 @@ def _atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> str:
     """Write ``arrays`` as a compressed .npz (atomically, umask mode); returns the SHA-256 of its bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
+    np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub: **arrays meets allow_pickle
     data = buf.getvalue()
     write_bytes_atomic(path, data)
     return hashlib.sha256(data).hexdigest()

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from harness.core.decode import decoder_for
-from harness.core.models import forward_logits, next_positions, position_ids, upcast
+from harness.core.models import HFModel, ModelInputs, forward_logits, next_positions, position_ids, upcast
 
 PROMPT_POSITIONS = "prompt_positions"  # tensors key: the prompts' positions (B, P) or (B, 3, P), rows first
 
@@ -58,7 +58,7 @@ class RolloutBatch:
             tensors={k: v[take.to(v.device)] for k, v in self.tensors.items()},
         )
 
-    def model_inputs(self, image_pad_id: int) -> dict[str, Tensor | None]:
+    def model_inputs(self, image_pad_id: int) -> ModelInputs:
         """Full sequences (prompt + response) for a log-prob forward."""
         input_ids = torch.cat([self.prompt_ids, self.response_ids], dim=1)  # (B, P + R)
         attention_mask = torch.cat([self.prompt_mask, self.response_mask], dim=1)
@@ -66,7 +66,7 @@ class RolloutBatch:
 
 
 def _vision_inputs(input_ids: Tensor, attention_mask: Tensor, pixels: list[Tensor | None], grids: list[Tensor | None],
-                   image_pad_id: int) -> dict[str, Tensor | None]:
+                   image_pad_id: int) -> ModelInputs:
     with_px = [p for p in pixels if p is not None]
     if not with_px:
         return {"input_ids": input_ids, "attention_mask": attention_mask, "pixel_values": None,
@@ -117,7 +117,7 @@ def draw_uniforms(generator: torch.Generator, steps: int, global_batch: int, row
 
 
 @torch.no_grad()
-def generate(model: torch.nn.Module, prompts: dict[str, Tensor], *, n: int, max_new_tokens: int, temperature: float,
+def generate(model: HFModel, prompts: dict[str, Tensor], *, n: int, max_new_tokens: int, temperature: float,
              top_k: int, top_p: float, eos_id: int, pad_id: int, image_pad_id: int, bias: Tensor,
              uniforms: Tensor, group_ids: list[Any], pixels: list[Tensor | None],
              grids: list[Tensor | None], greedy: bool = False, ignore_eos: bool = False,

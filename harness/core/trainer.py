@@ -200,6 +200,7 @@ class GRPOTrainer:
 
     def _replayed(self, batch: list[Any], step: int, n: int) -> tuple[RolloutBatch, dict[str, torch.Tensor]]:
         """The recorded rollout of ``step`` on this run's own prompts (pixels from this run's data)."""
+        assert self.replay is not None  # only a replay run asks
         prompts, pixels, grids, _ = self._prompts_on_device(batch)
         rep = lambda t: t.repeat_interleave(n, dim=0)  # noqa: E731 - groups contiguous, as in generate()
         return replayed_batch(self.replay.step(step), rep(prompts["input_ids"]), rep(prompts["attention_mask"]),

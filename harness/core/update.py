@@ -22,7 +22,15 @@ from torch.utils.checkpoint import checkpoint
 
 from harness.core import algos
 from harness.core.device import fast_kernels
-from harness.core.models import forward_hidden, forward_logits, masked_position, next_positions, position_ids, upcast
+from harness.core.models import (
+    ModelInputs,
+    forward_hidden,
+    forward_logits,
+    masked_position,
+    next_positions,
+    position_ids,
+    upcast,
+)
 from harness.core.rollout import PROMPT_POSITIONS, RolloutBatch
 
 
@@ -128,7 +136,7 @@ def _is_sharded(model: torch.nn.Module) -> bool:
 POSITIONS = "positions"  # batch.tensors key: the full sequences' positions, (B, L) or (B, 3, L)
 
 
-def full_positions(model: torch.nn.Module, batch: RolloutBatch, inputs: dict[str, Tensor | None]) -> Tensor:
+def full_positions(model: torch.nn.Module, batch: RolloutBatch, inputs: ModelInputs) -> Tensor:
     """Positions of prompt + response: (B, L), or (3, B, L) multimodal RoPE; from the batch when attached."""
     cached = batch.tensors.get(POSITIONS)
     if cached is not None:
@@ -224,7 +232,7 @@ def update_actor(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sched
         for mini_idx in micro_batches(batch.size, mini_size):
             mini = batch.select(mini_idx)
             g_tokens, g_seqs = _count(mini.response_mask, all_reduce)
-            agg = dict(global_tokens=g_tokens, global_seqs=g_seqs)
+            agg: dict[str, Tensor | float] = dict(global_tokens=g_tokens, global_seqs=g_seqs)
             optimizer.zero_grad(set_to_none=True)
             acc: dict[str, float] = {}
             for idx in micro_batches(mini.size, micro_size):
@@ -238,10 +246,12 @@ def update_actor(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sched
                 pg, stats = loss_fn(old_logp, logp, mb.tensors["advantages"], mask,
                                     clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_ratio_c=cfg.clip_ratio_c,
                                     agg_mode=cfg.agg_mode, **agg)
-                ent_loss = algos.agg_loss(ent, mask, cfg.agg_mode, **agg)
+                assert ent is not None  # asked for with_entropy
+                ent_loss = algos.agg_loss(ent, mask, cfg.agg_mode, global_tokens=g_tokens, global_seqs=g_seqs)
                 loss = pg - cfg.entropy_coeff * ent_loss
                 if kl_fn is not None:
-                    kl = algos.agg_loss(kl_fn(logp, mb.tensors["ref_logp"]), mask, cfg.agg_mode, **agg)
+                    kl = algos.agg_loss(kl_fn(logp, mb.tensors["ref_logp"]), mask, cfg.agg_mode, global_tokens=g_tokens,
+                                        global_seqs=g_seqs)
                     loss = loss + cfg.kl_coef * kl
                     acc["actor/kl_loss"] = acc.get("actor/kl_loss", 0.0) + float(kl.detach())
                 (loss * grad_scale).backward()

@@ -147,7 +147,7 @@ def build_image_processor(
             key_path="min_pixels",
             fix="set min_pixels <= max_pixels",
         )
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         patch_size=patch_size,
         temporal_patch_size=temporal_patch_size,
         merge_size=merge_size,

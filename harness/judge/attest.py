@@ -278,7 +278,7 @@ def subject_problems(opened: Opened, name: str) -> list[str]:
     if want is None:
         return []  # the predicate's schema check reports it
     if stmt.get("subject") != want:
-        got = stmt.get("subject") if isinstance(stmt.get("subject"), list) else []
+        got: list[Any] = stmt["subject"] if isinstance(stmt.get("subject"), list) else []
         have = {(s.get("name"), str(s.get("digest"))) for s in got if isinstance(s, dict)}
         diff = [s["name"] for s in want if (s["name"], str(s["digest"])) not in have]
         return [f"{name}::/subject: the subjects differ from the predicate's digests"

@@ -286,7 +286,7 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any]
         noise = [[_finite_or_none(s.get(name, {}).get(k)) for k in ks] for s in all_series[1:]]
         std = []
         for i, k in enumerate(ks):
-            vals = [ref[k]] + [row[i] for row in noise if row[i] is not None]
+            vals = [ref[k]] + [x for row in noise if (x := row[i]) is not None]
             std.append(statistics.stdev(vals) if len(vals) > 1 else 0.0)
         entry: dict[str, Any] = {"tiers": tiers, "steps": ks, "values": [ref[k] for k in ks],
                                  "noise_values": noise, "noise_std": std}

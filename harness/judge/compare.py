@@ -125,6 +125,7 @@ def _add_candidates(v: Verdict, ctx: Context, run_dir: Path, manifest: dict[str,
 
 def _add_probe(v: Verdict, ctx: Context, run_dir: Path, manifest: dict[str, Any], baseline: dict[str, Any]) -> None:
     """Judge the run's replay probe (:mod:`harness.judge.probe`) by the replay tier; say when there is none."""
+    assert v.baseline is not None  # set before any tier is chosen
     why = probe.unavailable(baseline, manifest["runtime"]["kind"])
     found = probe.find(run_dir, manifest, v.baseline["sha256"]) if not why else probe.Probe(None, None, [])
     v.notices += found.notices
@@ -195,15 +196,15 @@ class Verdict:
         parts = [f"{head} tier={self.tier}"]
         counts = self.counts()
         if self.tier in counts:
-            c = counts[self.tier]
+            n = counts[self.tier]
             word = {"exact": "equal", "replay": "within replay tolerance", "band": "within band",
                     "statistical": "not worse"}[self.tier]
-            parts.append(f"{c['checks'] - c['failed']}/{c['checks']} gated metrics {word}"
+            parts.append(f"{n['checks'] - n['failed']}/{n['checks']} gated metrics {word}"
                          + (f" (median of {len(self.candidates) + 1} runs)" if self.tier == "statistical"
                             and self.candidates else ""))
         if self.replay_probe is not None and "replay" in counts:
-            c = counts["replay"]
-            parts.append(f"replay probe {c['checks'] - c['failed']}/{c['checks']} within tolerance "
+            n = counts["replay"]
+            parts.append(f"replay probe {n['checks'] - n['failed']}/{n['checks']} within tolerance "
                          f"({self.replay_probe['steps_compared']} steps)")
         for g in ("band", "statistical"):
             if g != self.tier and g in counts and counts[g]["failed"]:
@@ -220,12 +221,12 @@ class Verdict:
             parts += [n.split(":")[0] for n in self.notices if n.startswith("throughput not ")][:1]
         bad = [c for c in self.checks if not c.passed]
         if bad:  # the earliest: of the checks failing per step, the one whose first failing step comes first
-            c = min(bad, key=lambda c: c.failing_steps[0] if c.failing_steps else math.inf)
-            per_step = c.step is not None and c.group in ("exact", "replay", "band")
-            first = c.failing_steps[0] if per_step and c.failing_steps and c.failing_steps[0] != c.step else None
-            where = (f" from step {first}, worst at step {c.step}" if first is not None
-                     else f" at step {c.step}" if per_step else "")
-            parts.append(f"first failure: {c.group} {c.metric}{where} ({fmt(c.run_value)} vs {fmt(c.ref_value)})")
+            e = min(bad, key=lambda c: c.failing_steps[0] if c.failing_steps else math.inf)
+            per_step = e.step is not None and e.group in ("exact", "replay", "band")
+            first = e.failing_steps[0] if per_step and e.failing_steps and e.failing_steps[0] != e.step else None
+            where = (f" from step {first}, worst at step {e.step}" if first is not None
+                     else f" at step {e.step}" if per_step else "")
+            parts.append(f"first failure: {e.group} {e.metric}{where} ({fmt(e.run_value)} vs {fmt(e.ref_value)})")
         if self.fault_injection:
             parts.append("fault injected: " + ",".join(f"{k}={v}" for k, v in self.fault_injection.items()))
         if self.overrides:

@@ -47,7 +47,7 @@ def _band(spec: dict[str, Any], policy: dict[str, Any]) -> list[float]:
 
 
 def plot_curves(out_dir: Path, run: dict[str, dict[int, float]], baseline: dict[str, Any] | None,
-                upto: int | None = None, throughput_ref: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+                upto: int | None = None, throughput: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """Write ``curves-<stem>.png`` files; returns (file name, title) for those written."""
     import matplotlib
 
@@ -87,14 +87,12 @@ def plot_curves(out_dir: Path, run: dict[str, dict[int, float]], baseline: dict[
                         marker="o" if len(ks) < 8 else None, ms=4)
             elif spec:
                 ax.plot([], [], color=colour, lw=2.0, label=f"{label} (not in run)")
-        if stem == "throughput" and baseline and throughput_ref:
-            pol, ref = baseline["policy"]["throughput"], throughput_ref
-            tol = min(pol["max_tolerance"], max(pol["min_tolerance"], pol["spread_factor"] * ref["relative_spread"]))
+        if stem == "throughput" and baseline and throughput and throughput["ref_value"] is not None:
+            pol, level, drop = baseline["policy"]["throughput"], throughput["ref_value"], throughput["tolerance"] or 0.0
             q = pol.get("quantile", 0.5)
-            ax.axhline(ref["value"], color="#444", lw=1.2, ls="--",
-                       label=f"baseline {'median' if q == 0.5 else f'p{q * 100:.0f}'} {ref['value']:,.0f}")
-            ax.axhline(ref["value"] * (1 - tol), color="#c92a2a", lw=1.0, ls=":",
-                       label=f"floor -{tol * 100:.0f}%")
+            ax.axhline(level, color="#444", lw=1.2, ls="--",
+                       label=f"baseline {'median' if q == 0.5 else f'p{q * 100:.0f}'} {level:,.0f}")
+            ax.axhline(level - drop, color="#c92a2a", lw=1.0, ls=":", label=f"floor -{drop / level * 100:.0f}%")
             ax.axvspan(0.5, pol["warmup_steps"] + 0.5, color="#888", alpha=0.1, lw=0, label="warm-up (skipped)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(title, fontsize=11)
@@ -147,13 +145,9 @@ def render_run_report(run_dir: Path, verdict: Any) -> str:
     # a refused comparison shows the run alone: the baseline's band would suggest a comparison that was not made
     baseline = _load_baseline_quiet(v) if v["status"] in ("pass", "fail") else None
     run = load_series(run_dir)
-    tp_ref = None
-    if baseline and isinstance(manifest, dict) and "machine" in manifest:
-        from harness.judge.tiers import throughput_reference
-
-        tp_ref = throughput_reference(baseline, {"machine": manifest["machine"],
-                                                 "software": manifest.get("software", {})})[0]
-    curves = plot_curves(run_dir, run, baseline, (v.get("baseline") or {}).get("steps_compared"), tp_ref)
+    # the verdict's own throughput check: its reference (scaled to this machine's calibration) and floor
+    tp_check = next((c for c in v.get("checks", []) if c.get("group") == "throughput"), None)
+    curves = plot_curves(run_dir, run, baseline, (v.get("baseline") or {}).get("steps_compared"), tp_check)
     r, b = v["run"], v.get("baseline") or {}
     facts = [("recipe", r.get("recipe")), ("profile : scale", f"{r.get('profile')} : {r.get('scale')}"),
              ("seed", r.get("seed")), ("run status", r.get("status")), ("steps", r.get("steps_completed")),

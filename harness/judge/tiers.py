@@ -117,11 +117,11 @@ def exact_tier(ctx: Context) -> list[Check]:
         bad = [k for k, v, _, _ in rows if not bitwise_equal(run.get(k), v)]
         k0 = bad[0] if bad else (rows[-1][0] if rows else None)
         ref = dict((k, v) for k, v, _, _ in rows)
+        run_at, ref_at = (run.get(k0), ref.get(k0)) if k0 is not None else (None, None)
         detail = ("bitwise equal" if not bad else
-                  f"first difference at step {k0}: {_full(run.get(k0))} vs {_full(ref.get(k0))}"
+                  f"first difference at step {k0}: {_full(run_at)} vs {_full(ref_at)}"
                   f" ({len(bad)}/{len(rows)} steps differ)")
-        out.append(Check("exact", name, k0, run.get(k0) if k0 is not None else None, ref.get(k0), 0.0, not bad,
-                         len(rows), bad, detail))
+        out.append(Check("exact", name, k0, run_at, ref_at, 0.0, not bad, len(rows), bad, detail))
     return out
 
 
@@ -129,7 +129,8 @@ def _per_step(ctx: Context, group: str, name: str, tol_at: Callable[[int, float]
     """Per-step deviation check of one metric: the worst step and every step outside its tolerance."""
     run = ctx.run.get(name, {})
     rows = ctx.ref_steps(name)
-    bad, worst = [], (-1.0, None, None, None, None)
+    bad: list[int] = []
+    worst: tuple[float, int | None, float | None, float | None, float | None] = (-1.0, None, None, None, None)
     for i, (k, v, _, _) in enumerate(rows):
         tol = tol_at(i, v)
         r = run.get(k)
@@ -140,14 +141,15 @@ def _per_step(ctx: Context, group: str, name: str, tol_at: Callable[[int, float]
         if ratio > worst[0]:
             worst = (ratio, k, r, v, tol)
     ok = len(bad) <= allowed and bool(rows)
-    _, k, r, v, tol = worst
+    _, k_worst, r_worst, v_worst, tol_worst = worst
     detail = (f"{len(bad)}/{len(rows)} steps outside the tolerance (allowed {allowed})"
               + (f"; first at step {bad[0]}" if bad else "")
-              + f"; worst at step {k}: {fmt(r)} vs {fmt(v)} ± {fmt(tol)}" if rows else "no steps to compare")
-    k_report = bad[0] if bad else k
-    r_report = run.get(k_report) if bad else r
-    v_report = dict((kk, vv) for kk, vv, _, _ in rows).get(k_report) if bad else v
-    return Check(group, name, k_report, r_report, v_report, tol, ok, len(rows), bad, detail)
+              + f"; worst at step {k_worst}: {fmt(r_worst)} vs {fmt(v_worst)} ± {fmt(tol_worst)}" if rows
+              else "no steps to compare")
+    k_report = bad[0] if bad else k_worst
+    r_report = run.get(bad[0]) if bad else r_worst
+    v_report = dict((kk, vv) for kk, vv, _, _ in rows).get(bad[0]) if bad else v_worst
+    return Check(group, name, k_report, r_report, v_report, tol_worst, ok, len(rows), bad, detail)
 
 
 def noise_floor(stds: list[float], i: int, window: int) -> float:
@@ -222,10 +224,11 @@ def statistical_tier(ctx: Context) -> list[Check]:
     older rule is judged by the current one; it only supplies the seeds' series."""
     pol = ctx.baseline["policy"]["statistical"]
     w = statistical_window(pol, ctx.upto)
-    names = [n for n in gated(ctx, "statistical") if stat_spec(n)]
+    specs = {n: s for n in gated(ctx, "statistical") if (s := stat_spec(n)) is not None}
+    names = list(specs)
     out = []
     for name in names:
-        direction, transform, floor = stat_spec(name)
+        direction, transform, floor = specs[name]
         spec = ctx.baseline["metrics"][name]
         ref_series = [dict(zip(spec["steps"], spec["values"]))]
         ref_series += [{k: v for k, v in zip(spec["steps"], row) if v is not None} for row in spec["noise_values"]]

@@ -68,7 +68,7 @@ def software_versions() -> dict[str, Any]:
                            "torch_npu": None, "threads": torch.get_num_threads(),
                            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     try:
-        import torch_npu  # type: ignore[import-not-found]
+        import torch_npu
 
         out["torch_npu"] = torch_npu.__version__
     except ImportError:

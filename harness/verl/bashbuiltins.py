@@ -129,11 +129,8 @@ class Builtins:
             return
         names = names or ["REPLY"]
         for k, name in enumerate(names):
-            if k == len(names) - 1:
-                value = _join_fields(parts[k:])
-            else:
-                value = parts[k] if k < len(parts) else ()
-            self.sh.set_scalar(name, value, first_offset(fields[0]))
+            field = _join_fields(parts[k:]) if k == len(names) - 1 else parts[k] if k < len(parts) else ()
+            self.sh.set_scalar(name, field, first_offset(fields[0]))
 
     def builtin_mapfile(self, fields: list[Field], words: Any, redirects: Any) -> None:
         names = [text_of(f) for f in fields[1:] if not text_of(f).startswith("-")]
@@ -141,7 +138,8 @@ class Builtins:
         if unknowns(text):
             lines: list[Field] = [text]
         else:
-            lines, cur = [], []
+            lines = []
+            cur: list[tuple[str, int]] = []
             for c in text:
                 for ch, off in zip(c.text, c.offs or (0,) * len(c.text)):
                     if ch == "\n":

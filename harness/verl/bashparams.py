@@ -102,6 +102,7 @@ class ParamExpansion:
             return [], False
         if index in (None, "0") or index in ("@", "*"):
             return (var.elements() if index in ("@", "*") else [var.first()]), True
+        assert index is not None  # None was answered above
         try:
             k = bashmath.evaluate(index, lambda n: text_of(self.vars[n].first()) if n in self.vars else None)
         except (bashmath.NotStatic, RecursionError):
@@ -186,8 +187,8 @@ class ParamExpansion:
             return [self._missing(name, i, j, quoted)]
         if several or any(unknowns(e) for e in elems):
             return [unknown_chunk(text, i, quoted, "other", "parameter operation on a value not known statically")]
-        value = text_of(elems[0] if elems else ())
-        result = self._operate(value, rest, word_start, body_end)
+        scalar = text_of(elems[0] if elems else ())
+        result = self._operate(scalar, rest, word_start, body_end)
         if result is None:
             return [unknown_chunk(text, i, quoted, "other", "parameter operation not evaluated statically")]
         return [Chunk(result, (i,) * len(result), quoted)]

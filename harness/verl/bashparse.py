@@ -119,7 +119,8 @@ class Evaluator(Builtins):
         if kind == "declaration_command":
             return self.declaration(node)
         if kind == "unset_command":
-            return self.builtin_unset([()] + self._fields(node.named_children), [], [])
+            self.builtin_unset([()] + self._fields(node.named_children), [], [])
+            return None
         if kind == "redirected_statement":
             return self.redirected(node)
         if kind == "list":
@@ -138,7 +139,8 @@ class Evaluator(Builtins):
                 self.sh = saved
         if kind == "compound_statement":
             if node.children and node.children[0].type == "((":
-                return self.arith_command(node)
+                self.arith_command(node)
+                return None
             return self.block(node.children)
         if kind == "negated_command":
             result = self.block(node.children)
@@ -355,7 +357,8 @@ class Evaluator(Builtins):
             self.sh = saved
         self.detect_trainer(fields, self.t.start(node))
         if name in self.functions:
-            return self.call(name, fields[1:])
+            self.call(name, fields[1:])
+            return None
         if name in BUILTINS:
             return getattr(self, "builtin_" + BUILTINS[name])(fields, words, list(redirects))
         return None

@@ -382,7 +382,9 @@ def _close(text: str, start: int) -> int:
 
 
 def _split_args(text: str) -> list[str]:
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "{[":
             depth += 1
