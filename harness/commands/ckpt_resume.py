@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.run.checkpoint import ckpt_resume_check
+    from harness.run.resume_check import ckpt_resume_check
 
     profile = chosen_profile(args)
     if args.steps < 2:

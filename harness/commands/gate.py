@@ -94,7 +94,7 @@ def ckpt_resume(result: dict[str, Any], recipe: str, profile: str, args: argpars
     """Add the checkpoint-resume check (N straight vs N/2 + resume N/2, bitwise) to ``result``."""
     from harness.config.recipe import resolve
     from harness.errors import HarnessError
-    from harness.run.checkpoint import ckpt_resume_check
+    from harness.run.resume_check import ckpt_resume_check
 
     print(f"gate: {recipe} ckpt-resume ...", file=sys.stderr, flush=True)
     try:

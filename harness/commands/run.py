@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "run); default: exact when this machine can reproduce the baseline bitwise, else replay")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an unfinished run from its newest "
                    "complete checkpoint (the original --set overrides and --steps are reused; see "
-                   "harness/run/checkpoint.py for the rule)")
+                   "harness/run/resume.py for the rule)")
     p.add_argument("--candidates", type=int, metavar="N", help="when the statistical tier decides the verdict: "
                    "judge the median of N runs, this one and N-1 of other seeds trained after it into "
                    "RUN_DIR/candidates/ (default: the baseline policy's candidate_runs; 1 = this run alone)")
@@ -135,7 +135,7 @@ def _same_run(run_dir: Path, res: Resolved) -> bool:
 def choose_run_dir(args: argparse.Namespace, res: Resolved) -> Path:
     """The run directory: new or empty, or a run to continue; sets ``args.resume`` when the run there is
     continued (``resume_mode: auto``). Anything else is refused: nothing in it is overwritten."""
-    from harness.run.checkpoint import auto_resumable
+    from harness.run.resume import auto_resumable
 
     if args.resume is not None:
         if _listing(args.resume) is None:
@@ -160,7 +160,7 @@ def choose_run_dir(args: argparse.Namespace, res: Resolved) -> Path:
 
 def check_resume(args: argparse.Namespace, res: Resolved, run_dir: Path, runtime: str) -> None:
     """Refuse a resume before launching anything (each rank checks again); default --steps to the original."""
-    from harness.run.checkpoint import plan_resume
+    from harness.run.resume import plan_resume
 
     if runtime == "docker":
         return  # checked inside the container
@@ -175,7 +175,7 @@ def check_resume(args: argparse.Namespace, res: Resolved, run_dir: Path, runtime
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.run.checkpoint import read_manifest, resume_overrides
+    from harness.run.resume import read_manifest, resume_overrides
 
     if getattr(args, "candidates", None) is not None and not 1 <= args.candidates <= MAX_CANDIDATES:
         raise HarnessError(f"--candidates must be 1..{MAX_CANDIDATES}, got {args.candidates}",

@@ -4,7 +4,7 @@
 seed → build → (warm-start) → [restore a checkpoint] → loop (step, log, validate every
 ``test_freq`` steps and after the last, checkpoint every ``save_freq``) → finish the record.
 SIGTERM / SIGINT finish the current step, checkpoint, mark the run ``interrupted`` and exit
-128 + signal (130 / 143); ``--resume`` continues it bit for bit (:mod:`harness.run.checkpoint`).
+128 + signal (130 / 143); ``--resume`` continues it bit for bit (:mod:`harness.run.resume`).
 Test-only fault injection (``HARNESS_FAULT``) exists so the gate's mutation tests can prove it
 catches a flipped advantage sign or a slowdown; a run with a fault is marked as such in its
 manifest.
@@ -33,10 +33,11 @@ from harness.core.trainer import Dist, GRPOTrainer
 from harness.core.warmstart import run_warm_start
 from harness.errors import HarnessError
 from harness.jsonio import file_sha256
-from harness.run.checkpoint import Interrupted, ResumePlan, clean_partial, load_checkpoint, plan_resume, save_checkpoint
+from harness.run.checkpoint import Interrupted, clean_partial, load_checkpoint, save_checkpoint
 from harness.run.cpuload import StepLoad
 from harness.run.hooks import callbacks_from_env, parse_fault
 from harness.run.record import RunRecord, git_revision, software_versions, utc_now
+from harness.run.resume import ResumePlan, plan_resume
 
 
 def runtime_info(kind: str, world: int) -> dict[str, Any]:
@@ -165,7 +166,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     """Train ``res`` for ``steps`` (default: the recipe's total) and record it; returns the manifest.
 
     ``resume`` (the ``--set`` overrides given on the resuming command) continues the run already in
-    ``run_dir`` from its newest complete checkpoint (rules: :mod:`harness.run.checkpoint`).
+    ``run_dir`` from its newest complete checkpoint (rules: :mod:`harness.run.resume`).
     """
     cfg = res.config
     dist = dist or Dist()

@@ -19,6 +19,8 @@ from harness.config.recipe import resolve
 from harness.core.trainer import Dist, GRPOTrainer
 from harness.errors import HarnessError
 from harness.run import checkpoint as ck
+from harness.run import resume as rs
+from harness.run import resume_check as rc
 from harness.run.record import read_metrics, truncate_metrics
 
 
@@ -105,7 +107,7 @@ def test_prune_partial_and_newest(tmp_path: Path) -> None:
     (root / "step-000010").mkdir()  # no COMPLETE: never used
     (root / "step-000010" / "state-rank0.json").write_bytes(b"x")
     assert ck.newest_checkpoint(tmp_path)[0] == 6
-    assert not ck.auto_resumable(tmp_path, resolve("qwen3_vl_30b", "cpu", "smoke"))  # no manifest: not a run
+    assert not rs.auto_resumable(tmp_path, resolve("qwen3_vl_30b", "cpu", "smoke"))  # no manifest: not a run
     assert sorted(ck.clean_partial(tmp_path)) == ["step-000008.tmp-abc", "step-000010"]
     assert sorted(p.name for p in root.iterdir()) == ["step-000004", "step-000006"]
 
@@ -135,43 +137,43 @@ def _run_dir(tmp: Path, res, status: str = "interrupted") -> Path:
 
 def test_resume_rules(tmp_path: Path, res) -> None:
     run = _run_dir(tmp_path, res)
-    assert ck.resume_overrides(run, ["trainer.save_freq=3"]) == ["trainer.test_freq=3", "trainer.save_freq=3"]
-    plan = ck.plan_resume(run, res, [], 1)
+    assert rs.resume_overrides(run, ["trainer.save_freq=3"]) == ["trainer.test_freq=3", "trainer.save_freq=3"]
+    plan = rs.plan_resume(run, res, [], 1)
     assert (plan.step, plan.path, plan.requested) == (0, None, 6)  # no checkpoint: start over
 
     lr = resolve("qwen3_vl_30b", "cpu", "smoke", ("trainer.test_freq=3", "actor_rollout_ref.actor.optim.lr=0.002"))
-    plan = ck.plan_resume(run, lr, ["actor_rollout_ref.actor.optim.lr=0.002"], 1)
+    plan = rs.plan_resume(run, lr, ["actor_rollout_ref.actor.optim.lr=0.002"], 1)
     assert plan.overrides == [{"key": "actor_rollout_ref.actor.optim.lr", "value": 0.002}]
     with pytest.raises(HarnessError, match=r"differs from the checkpoint's \(actor_rollout_ref.actor.optim.lr: "):
-        ck.plan_resume(run, lr, [], 1)  # changed but not given again with --set
+        rs.plan_resume(run, lr, [], 1)  # changed but not given again with --set
 
     cfg = copy.deepcopy(res.config)
     cfg["model"]["architecture"]["text"]["hidden_size"] = 256
     with pytest.raises(HarnessError, match="hidden_size: 128 -> 256") as err:
-        ck.plan_resume(run, replace(res, config=cfg), [], 1)
+        rs.plan_resume(run, replace(res, config=cfg), [], 1)
     assert "\n" not in str(err.value)
     with pytest.raises(HarnessError, match="profile"):
-        ck.plan_resume(run, replace(res, profile_name="a100"), [], 1)
+        rs.plan_resume(run, replace(res, profile_name="a100"), [], 1)
 
     tr = _trainer(0)
     _save(tr, run, 3)
     (run / "checkpoints" / "step-000003" / "resolved-recipe.json").write_text(json.dumps(res.config))
-    assert ck.auto_resumable(run, res)
-    assert not ck.auto_resumable(run, replace(res, name="qwen3_1_7b"))  # another recipe: never continued
-    assert ck.plan_resume(run, res, [], 1).step == 3
+    assert rs.auto_resumable(run, res)
+    assert not rs.auto_resumable(run, replace(res, name="qwen3_1_7b"))  # another recipe: never continued
+    assert rs.plan_resume(run, res, [], 1).step == 3
     with pytest.raises(HarnessError, match="world size 1, this run has 2"):
-        ck.plan_resume(run, res, [], 2)
+        rs.plan_resume(run, res, [], 2)
     _run_dir(tmp_path, res, status="complete")
     with pytest.raises(HarnessError, match="complete"):
-        ck.plan_resume(run, res, [], 1)
+        rs.plan_resume(run, res, [], 1)
 
 
 def test_metric_mismatch_and_exit_codes() -> None:
     a = [{"step": 1, "x": 0.5, "timing_s/step": 1.0}, {"step": 2, "x": 0.25}]
     b = [{"step": 1, "x": 0.5, "timing_s/step": 2.0}, {"step": 2, "x": 0.25000000000000006}]
-    assert ck.metric_mismatch(a, a) is None
-    assert ck.metric_mismatch(a, b) == {"step": 2, "key": "x", "straight": 0.25, "resumed": 0.25000000000000006}
-    assert ck.metric_mismatch(a, b[:1])["key"] == "<row>"
+    assert rc.metric_mismatch(a, a) is None
+    assert rc.metric_mismatch(a, b) == {"step": 2, "key": "x", "straight": 0.25, "resumed": 0.25000000000000006}
+    assert rc.metric_mismatch(a, b[:1])["key"] == "<row>"
     assert ck.interrupt_exit_code("x: interrupted by SIGINT after step 2; …") == 130
     assert ck.interrupt_exit_code("x: interrupted by SIGTERM after step 2") == 143
     assert ck.Interrupted(signal.SIGTERM, 3, Path("r")).exit_code == 143
@@ -223,7 +225,7 @@ def test_planted_pickle_is_refused_never_loaded(tmp_path: Path, res) -> None:
     marker = tmp_path / "PWNED"
     (path / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
     with pytest.raises(HarnessError, match=r"unexpected file '\.metadata'") as err:
-        ck.plan_resume(run, res, [], 1)
+        rs.plan_resume(run, res, [], 1)
     with pytest.raises(HarnessError, match=r"unexpected file '\.metadata'"):
         ck.load_checkpoint(_trainer(1), path)
     assert "\n" not in str(err.value) and not marker.exists()
@@ -268,15 +270,15 @@ def test_resume_check_keeps_one_checkpoint_when_two_do_not_fit(tmp_path, monkeyp
         return SimpleNamespace(returncode=128 + int(signal.SIGTERM) if "HARNESS_STOP_AFTER_STEP" in env else 0,
                                stderr="")
 
-    monkeypatch.setattr(ck, "_harness", fake)
-    monkeypatch.setattr(ck.shutil, "disk_usage", lambda p: SimpleNamespace(free=int(free_gb * 1e9)))
+    monkeypatch.setattr(rc, "_harness", fake)
+    monkeypatch.setattr(rc.shutil, "disk_usage", lambda p: SimpleNamespace(free=int(free_gb * 1e9)))
     res = resolve("qwen3_30b_a3b", "gpu-1x-h200", "reduced")
-    assert 30e9 < ck.checkpoint_bytes(res.config) < 60e9
-    out = ck.ckpt_resume_check(res, tmp_path / "w", 4)
+    assert 30e9 < rc.checkpoint_bytes(res.config) < 60e9
+    out = rc.ckpt_resume_check(res, tmp_path / "w", 4)
     assert out["pass"] and out["save_freq"] == expect
     sets = [[a[i + 1] for i, x in enumerate(a) if x == "--set" and a[i + 1].startswith("trainer.save_freq=")]
             for a in calls]
     assert sets == [["trainer.save_freq=-1"], [f"trainer.save_freq={expect}"], [f"trainer.save_freq={expect}"]]
     assert ("notice: two checkpoints" in capsys.readouterr().err) == (expect == -1)
     res = resolve("qwen3_30b_a3b", "gpu-1x-h200", "reduced", ("trainer.save_freq=1",))
-    assert ck.ckpt_resume_check(res, tmp_path / "w2", 4)["save_freq"] == 1
+    assert rc.ckpt_resume_check(res, tmp_path / "w2", 4)["save_freq"] == 1

@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quiet", action="store_true")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out (harness.run.checkpoint)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out (harness.run.resume)")
     return p
 
 
@@ -47,7 +47,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from harness.core.parallel import distributed, shutdown
-    from harness.run.checkpoint import Interrupted, resume_overrides
+    from harness.run.checkpoint import Interrupted
+    from harness.run.resume import resume_overrides
     from harness.run.runner import train
 
     nproc = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
