@@ -283,6 +283,7 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from harness.core import algos, update
     from harness.core.data import EncodedPrompt, Example
     from harness.core.device import reset_peak_memory
+    from harness.core.spec import Recipe
     from harness.core.trainer import GRPOTrainer
     from harness.core.update import attach_positions, batched_logprobs, head_kind, is_on_policy, update_actor
 
@@ -294,7 +295,7 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
                             args.logprob_micro or (8 if args.tiny else None), args.gradient_checkpointing)
     micro = cfg["actor_rollout_ref"]["actor"]["ppo_micro_batch_size_per_gpu"]
     lp_micro = cfg["actor_rollout_ref"]["rollout"]["log_prob_micro_batch_size_per_gpu"]
-    tr = GRPOTrainer(cfg, device=device, peak_tflops=peak)
+    tr = GRPOTrainer(Recipe.model_validate(cfg), device=device, peak_tflops=peak)
     actor, ref = tr.models.actor, tr.models.ref
     prompts = make_prompts(tr.tok, args.prompts, args.prompt_len)
     batch = [EncodedPrompt(ids, None, None, Example(uid=f"bench-{i:04d}", data_source="bench", question="", answer=""))
@@ -387,6 +388,7 @@ def run_trl(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from trl import GRPOConfig, GRPOTrainer
 
     from harness.core.models import build_models
+    from harness.core.spec import Recipe
     from harness.core.tokenizer import load_tokenizer, special_token_ids
 
     wl = workload(args, device)
@@ -401,7 +403,7 @@ def run_trl(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     model_dir = tmp / "model"
     # the same seeded weights as ours (same config, same seed), saved and passed by path: with beta > 0 TRL
     # rebuilds its reference model from that path
-    built = build_models(cfg, special_token_ids(tok), device, SEED, with_ref=False)
+    built = build_models(Recipe.model_validate(cfg), special_token_ids(tok), device, SEED, with_ref=False)
     experts = getattr(built.actor.config, "_experts_implementation", None)
     n_params, n_active, attn = built.n_params, built.n_active_params, built.attn_implementation
     built.actor.save_pretrained(str(model_dir))

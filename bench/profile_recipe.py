@@ -70,11 +70,11 @@ def op_profile(prof: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     res = resolve(args.recipe, args.profile, args.scale, tuple(args.set))
-    cfg = res.config
+    cfg = res.spec
     numerics.activate()
-    set_determinism(int(cfg["seed"]), bool(cfg["deterministic"]))
-    device = resolve_device(cfg["trainer"]["device"])
-    trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.profile["accelerator"]["peak_bf16_tflops"])
+    set_determinism(int(cfg.seed), bool(cfg.deterministic))
+    device = resolve_device(cfg.trainer.device)
+    trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.hardware.accelerator.peak_bf16_tflops)
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"{args.recipe} {args.profile}:{args.scale} on {device} (decode {trainer.decode_engine}, "
           f"cpu capability {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads)", flush=True)

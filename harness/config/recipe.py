@@ -12,20 +12,26 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
+
+from harness.config.models import Profile
 from harness.config.profiles import load_profile
 from harness.config.safety.code_loading import is_code_loading_key
-from harness.config.schema import check, load_schema
+from harness.config.schema import check, load_schema, pointer
+from harness.core.spec import Recipe
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict
 from harness.paths import RECIPES_DIR
 
 SCALES_DEFAULT = "smoke"
+M = TypeVar("M", bound=BaseModel)
 
 
 def recipe_names() -> list[str]:
@@ -177,6 +183,27 @@ class Resolved:
     def config_hash(self) -> str:
         return canonical_hash(self.config)
 
+    @functools.cached_property
+    def spec(self) -> Recipe:
+        """The resolved recipe as its typed model (what the trainer and the stages read)."""
+        return typed(Recipe, self.config, self.path)
+
+    @functools.cached_property
+    def hardware(self) -> Profile:
+        """The hardware profile as its typed model."""
+        return typed(Profile, self.profile, self.profile_name)
+
+
+def typed(model: type[M], doc: dict[str, Any], file: str) -> M:
+    """``doc`` (already valid under the model's JSON Schema) as ``model``; a rule across fields that the schema
+    cannot state (e.g. a vision family without a vision tower) is one line naming the key."""
+    try:
+        return model.model_validate(doc)
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise HarnessError(str(first["msg"]).removeprefix("Value error, "), file=file, key_path=pointer(first["loc"]),
+                           fix="see `harness validate` and the recipe schema") from None
+
 
 def supported_pairs(recipe: dict[str, Any]) -> list[tuple[str, str]]:
     return [(prof, scale) for prof, scales in recipe["profiles"].items() for scale in scales]
@@ -202,6 +229,8 @@ def resolve(ref: str, profile: str, scale: str = SCALES_DEFAULT, overrides: list
         key, value = parse_override(text)
         set_dotted(config, key, value)
         applied.append({"key": key, "value": value})
-    check(config, "resolved-recipe", f"{file} [{profile}:{scale}{' + --set' if applied else ''}]")
+    where = f"{file} [{profile}:{scale}{' + --set' if applied else ''}]"
+    check(config, "resolved-recipe", where)
+    typed(Recipe, config, where)
     return Resolved(name=recipe["name"], path=file, recipe_hash=canonical_hash(recipe), profile_name=profile,
                     profile=prof, scale=scale, config=config, overrides=applied)

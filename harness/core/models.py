@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 import torch
 from torch import Tensor
 
+from harness.core.spec import Recipe, TextArch
 from harness.errors import HarnessError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
@@ -61,49 +62,50 @@ class BuiltModel:
     n_active_params: int  # MoE: experts counted at top-k / num_experts
 
 
-def _rope(text: dict[str, Any]) -> dict[str, Any]:
-    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": float(text["rope_theta"])}
-    if text.get("mrope_section"):
-        rope["mrope_section"] = list(text["mrope_section"])
-        rope["mrope_interleaved"] = bool(text.get("mrope_interleaved"))
+def _rope(text: TextArch) -> dict[str, Any]:
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": float(text.rope_theta)}
+    if text.mrope_section:
+        rope["mrope_section"] = list(text.mrope_section)
+        rope["mrope_interleaved"] = bool(text.mrope_interleaved)
     return rope
 
 
-def build_config(cfg: dict[str, Any], token_ids: dict[str, int]) -> Any:
+def build_config(cfg: Recipe, token_ids: dict[str, int]) -> Any:
     """transformers config for the resolved recipe ``cfg`` and the tokenizer's special ids."""
     import transformers
 
-    model = cfg["model"]
-    arch = model["architecture"]
-    text = dict(arch["text"])
-    max_pos = (cfg["actor_rollout_ref"]["model"]["override_config"] or {}).get("max_position_embeddings") \
-        or text["max_position_embeddings"]
-    moe: dict[str, Any] = text.get("moe") or {}
-    common = dict(
-        vocab_size=text["vocab_size"], hidden_size=text["hidden_size"], intermediate_size=text["intermediate_size"],
-        num_hidden_layers=text["num_hidden_layers"], num_attention_heads=text["num_attention_heads"],
-        num_key_value_heads=text["num_key_value_heads"], head_dim=text["head_dim"], max_position_embeddings=max_pos,
-        rms_norm_eps=text["rms_norm_eps"], rope_parameters=_rope(text), tie_word_embeddings=text["tie_word_embeddings"],
+    model = cfg.model
+    arch = model.architecture
+    text = arch.text
+    max_pos = cfg.actor_rollout_ref.model.override_config.max_position_embeddings or text.max_position_embeddings
+    moe = text.moe
+    common: dict[str, Any] = dict(
+        vocab_size=text.vocab_size, hidden_size=text.hidden_size, intermediate_size=text.intermediate_size,
+        num_hidden_layers=text.num_hidden_layers, num_attention_heads=text.num_attention_heads,
+        num_key_value_heads=text.num_key_value_heads, head_dim=text.head_dim, max_position_embeddings=max_pos,
+        rms_norm_eps=text.rms_norm_eps, rope_parameters=_rope(text), tie_word_embeddings=text.tie_word_embeddings,
         pad_token_id=token_ids["pad"], eos_token_id=token_ids["eos"], bos_token_id=None,
         attention_bias=False, use_cache=True,
     )
     if moe:
-        common.update(num_experts=moe["num_experts"], num_experts_per_tok=moe["num_experts_per_tok"],
-                      moe_intermediate_size=moe["moe_intermediate_size"], decoder_sparse_step=moe["decoder_sparse_step"],
-                      router_aux_loss_coef=moe["router_aux_loss_coef"], mlp_only_layers=[])
-    family = model["family"]
+        common.update(num_experts=moe.num_experts, num_experts_per_tok=moe.num_experts_per_tok,
+                      moe_intermediate_size=moe.moe_intermediate_size, decoder_sparse_step=moe.decoder_sparse_step,
+                      router_aux_loss_coef=moe.router_aux_loss_coef, mlp_only_layers=[])
+    family = model.family
     if family == "qwen3":
         return transformers.Qwen3Config(**common)
     if family == "qwen3_moe":
-        return transformers.Qwen3MoeConfig(norm_topk_prob=moe["norm_topk_prob"], **common)
+        assert moe is not None, "a qwen3_moe recipe has an expert block (harness.core.spec.Model checks it)"
+        return transformers.Qwen3MoeConfig(norm_topk_prob=moe.norm_topk_prob, **common)
     # qwen3_vl_moe
-    vis = dict(arch["vision"])
+    assert arch.vision is not None, "a qwen3_vl_moe recipe has a vision tower (harness.core.spec.Model checks it)"
+    vis = arch.vision.model_dump()
     vision_config = {k: vis[k] for k in ("depth", "hidden_size", "intermediate_size", "num_heads", "patch_size",
                                          "temporal_patch_size", "spatial_merge_size", "out_hidden_size",
                                          "num_position_embeddings", "deepstack_visual_indexes", "in_channels")}
     text_config = {k: v for k, v in common.items() if k not in ("tie_word_embeddings",)}
     return transformers.Qwen3VLMoeConfig(
-        text_config=text_config, vision_config=vision_config, tie_word_embeddings=text["tie_word_embeddings"],
+        text_config=text_config, vision_config=vision_config, tie_word_embeddings=text.tie_word_embeddings,
         image_token_id=token_ids["image_pad"], video_token_id=token_ids["video_pad"],
         vision_start_token_id=token_ids["vision_start"], vision_end_token_id=token_ids["vision_end"],
     )
@@ -138,19 +140,19 @@ def count_params(model: torch.nn.Module) -> tuple[int, int]:
     return total, int(active)
 
 
-def build_models(cfg: dict[str, Any], token_ids: dict[str, int], device: torch.device, seed: int,
+def build_models(cfg: Recipe, token_ids: dict[str, int], device: torch.device, seed: int,
                  with_ref: bool) -> BuiltModel:
     """Actor (trainable) and frozen reference copy, in the recipe's dtype, on ``device``."""
-    model_cfg = cfg["model"]
-    dtype = DTYPES[model_cfg["dtype"]]
-    attn, notes = pick_attention(model_cfg["attn_implementation"], device)
-    experts = EXPERTS.get(cfg["actor_rollout_ref"]["actor"]["veomni"]["moe_implementation"])
+    model_cfg = cfg.model
+    dtype = DTYPES[model_cfg.dtype]
+    attn, notes = pick_attention(model_cfg.attn_implementation, device)
+    experts = EXPERTS.get(cfg.actor_rollout_ref.actor.veomni.moe_implementation)
     if experts == "grouped_mm" and dtype == torch.float64:  # e.g. a baseline's float64 replay-noise run
         experts = "eager"
         notes = [*notes, "experts: eager, not grouped_mm (it has no float64 kernel)"]
-    cls = _model_class(model_cfg["family"])
-    if model_cfg["path"]:
-        path = Path(model_cfg["path"]).expanduser()
+    cls = _model_class(model_cfg.family)
+    if model_cfg.path:
+        path = Path(model_cfg.path).expanduser()
         if not (path / "config.json").is_file():
             raise HarnessError("model directory not found or has no config.json", file=str(path),
                                key_path="/model/path", fix="point model.path at a local directory saved with "
@@ -171,7 +173,7 @@ def build_models(cfg: dict[str, Any], token_ids: dict[str, int], device: torch.d
             torch.manual_seed(seed)
             actor = cls(config).to(dtype=dtype)
     actor.to(device)
-    if cfg["actor_rollout_ref"]["model"]["enable_gradient_checkpointing"]:
+    if cfg.actor_rollout_ref.model.enable_gradient_checkpointing:
         actor.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     actor.config.use_cache = True
     ref = None
@@ -180,7 +182,7 @@ def build_models(cfg: dict[str, Any], token_ids: dict[str, int], device: torch.d
         for p in ref.parameters():
             p.requires_grad_(False)
     total, active = count_params(actor)
-    return BuiltModel(actor, ref, model_cfg["family"] == "qwen3_vl_moe", attn, tuple(notes), total, active)
+    return BuiltModel(actor, ref, model_cfg.family == "qwen3_vl_moe", attn, tuple(notes), total, active)
 
 
 # ----------------------------------------------------------------------------- shared forward

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from harness.core.models import BuiltModel
+from harness.core.spec import Recipe
 from harness.core.trainer import Dist
 from harness.devices import DEVICE_KINDS
 
@@ -53,9 +54,9 @@ def init_distributed(device_type: str, backend: str | None = None) -> Dist:
     return Dist(rank=rank, world=world, all_reduce=all_reduce, all_gather_objects=all_gather_objects)
 
 
-def distributed(cfg: dict[str, Any], backend: str | None = None) -> Dist:
+def distributed(cfg: Recipe, backend: str | None = None) -> Dist:
     """Join the job and attach FSDP2 sharding (gradients averaged by FSDP → backward × world)."""
-    d = init_distributed(cfg["trainer"]["device"], backend)
+    d = init_distributed(cfg.trainer.device, backend)
     return replace(d, wrap=fsdp_wrapper(cfg, d.world), grad_scale=float(d.world))
 
 
@@ -88,15 +89,15 @@ def shard_model(model: torch.nn.Module, mesh: Any, offload: bool) -> torch.nn.Mo
     return model
 
 
-def fsdp_wrapper(cfg: dict[str, Any], world: int) -> Any:
+def fsdp_wrapper(cfg: Recipe, world: int) -> Any:
     """A ``model_wrapper`` for :class:`GRPOTrainer` that shards actor and reference."""
-    device_type = cfg["trainer"]["device"]
-    engine = cfg["actor_rollout_ref"]["actor"]["veomni"]
-    offload_actor = bool(engine["param_offload"] or engine["optimizer_offload"])
-    offload_ref = bool(cfg["actor_rollout_ref"]["ref"]["param_offload"])
+    device_type = cfg.trainer.device
+    engine = cfg.actor_rollout_ref.actor.veomni
+    offload_actor = bool(engine.param_offload or engine.optimizer_offload)
+    offload_ref = bool(cfg.actor_rollout_ref.ref.param_offload)
 
     def wrap(built: BuiltModel) -> BuiltModel:
-        mesh = _mesh(device_type, world, int(engine["fsdp_size"]))
+        mesh = _mesh(device_type, world, int(engine.fsdp_size))
         actor = shard_model(built.actor, mesh, offload_actor)
         ref = shard_model(built.ref, mesh, offload_ref) if built.ref is not None else None
         notes = built.notes + (f"FSDP2 over {world} ranks (mesh {tuple(mesh.shape)}), offload actor={offload_actor} "

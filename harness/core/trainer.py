@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -36,12 +36,21 @@ from harness.core.models import BuiltModel, banned_bias, build_models
 from harness.core.replay import ReplaySource, replayed_batch
 from harness.core.reward import get_reward
 from harness.core.rollout import RolloutBatch, draw_uniforms, generate
+from harness.core.spec import Recipe, Rollout
 from harness.core.tokenizer import NON_SAMPLABLE, load_tokenizer, special_token_ids
 from harness.core.update import LossConfig, attach_positions, batched_logprobs, is_on_policy, update_actor
 from harness.core.vision import build_image_processor
 from harness.errors import HarnessError
 
 TIMING_PREFIXES = ("timing_s/", "perf/")  # wall-clock dependent: excluded from bitwise comparisons
+
+
+class Sampling(NamedTuple):
+    """How responses are drawn (the recipe's rollout settings, or validation's)."""
+
+    temperature: float
+    top_k: int
+    top_p: float
 
 
 @dataclass
@@ -75,37 +84,38 @@ def step_generator(device: torch.device, seed: int, step: int, rank: int, stream
 
 
 class GRPOTrainer:
-    """Builds everything from a resolved recipe config, then runs steps."""
+    """Builds everything from a resolved recipe (the typed :class:`~harness.config.models.Recipe`), then runs
+    steps."""
 
-    def __init__(self, cfg: dict[str, Any], *, device: torch.device, peak_tflops: float, dist: Dist | None = None,
+    def __init__(self, cfg: Recipe, *, device: torch.device, peak_tflops: float, dist: Dist | None = None,
                  warm_start_fn: Callable[[GRPOTrainer], dict[str, Any]] | None = None) -> None:
         self.cfg = cfg
         self.device = device
         self.dist = dist or Dist()
         self.peak_tflops = peak_tflops
-        self.seed = int(cfg["seed"])
-        arr = cfg["actor_rollout_ref"]
-        self.actor_cfg, self.rollout_cfg = arr["actor"], arr["rollout"]
+        self.seed = int(cfg.seed)
+        arr = cfg.actor_rollout_ref
+        self.actor_cfg, self.rollout_cfg = arr.actor, arr.rollout
         self.tok = load_tokenizer()
         self.ids = special_token_ids(self.tok)
-        vision = cfg["model"]["architecture"].get("vision")
-        self.merge = vision["spatial_merge_size"] if vision else 1
+        vision = cfg.model.architecture.vision
+        self.merge = vision.spatial_merge_size if vision else 1
         self.image_processor = build_image_processor(
-            vision["patch_size"], vision["temporal_patch_size"], self.merge, vision["min_pixels"],
-            vision["max_pixels"]) if vision else None
+            vision.patch_size, vision.temporal_patch_size, self.merge, vision.min_pixels,
+            vision.max_pixels) if vision else None
         self.train_examples, self.val_examples = self._datasets()
-        data = cfg["data"]
+        data = cfg.data
         self.loader = PromptLoader(self.train_examples, self.tok, self.image_processor, self.merge,
-                                   batch_size=data["train_batch_size"], max_prompt_length=data["max_prompt_length"],
-                                   truncation=data["truncation"], filter_overlong_prompts=data["filter_overlong_prompts"],
-                                   shuffle=data["shuffle"], seed=self.seed)
-        self.models = build_models(cfg, self.ids, device, self.seed, with_ref=bool(self.actor_cfg["use_kl_loss"]))
-        vocab = cfg["model"]["architecture"]["text"]["vocab_size"]
+                                   batch_size=data.train_batch_size, max_prompt_length=data.max_prompt_length,
+                                   truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
+                                   shuffle=data.shuffle, seed=self.seed)
+        self.models = build_models(cfg, self.ids, device, self.seed, with_ref=bool(self.actor_cfg.use_kl_loss))
+        vocab = cfg.model.architecture.text.vocab_size
         self.bias = banned_bias(vocab, list(NON_SAMPLABLE) + list(range(len(self.tok), vocab)), device)
         self.warm_start_info = warm_start_fn(self) if warm_start_fn else {}
         if self.models.ref is not None and self.warm_start_info:
             self.models.ref.load_state_dict(self.models.actor.state_dict())
-        if fast_kernels(device, cfg["deterministic"]):  # see harness.core.lean_norm
+        if fast_kernels(device, cfg.deterministic):  # see harness.core.lean_norm
             lean = use_lean_norms(self.models.actor)
             self.models = replace(self.models, notes=(*self.models.notes, f"{lean} RMSNorms with the lean backward"))
         self.decode_engine, why = pick_engine(self.models.actor, device, sharded=self.dist.wrap is not None)
@@ -113,16 +123,16 @@ class GRPOTrainer:
             self.models = replace(self.models, notes=(*self.models.notes, why))
         if self.dist.wrap is not None:
             self.models = self.dist.wrap(self.models)
-        self.reward_fn = get_reward(cfg["reward"]["name"])
+        self.reward_fn = get_reward(cfg.reward.name)
         self.optimizer, self.scheduler = self._optimizer()
         if self.device.type == "cpu":
             release_host_memory()  # what the warm start freed must not count in the steps' peak
         self.loss_cfg = LossConfig(
-            clip_low=self.actor_cfg["clip_ratio_low"], clip_high=self.actor_cfg["clip_ratio_high"],
-            clip_ratio_c=self.actor_cfg["clip_ratio_c"], agg_mode=self.actor_cfg["loss_agg_mode"],
-            entropy_coeff=self.actor_cfg["entropy_coeff"], use_kl_loss=self.actor_cfg["use_kl_loss"],
-            kl_coef=self.actor_cfg["kl_loss_coef"], kl_type=self.actor_cfg["kl_loss_type"],
-            temperature=self.rollout_cfg["temperature"], policy_loss=self.actor_cfg["policy_loss"]["loss_mode"])
+            clip_low=self.actor_cfg.clip_ratio_low, clip_high=self.actor_cfg.clip_ratio_high,
+            clip_ratio_c=self.actor_cfg.clip_ratio_c, agg_mode=self.actor_cfg.loss_agg_mode,
+            entropy_coeff=self.actor_cfg.entropy_coeff, use_kl_loss=self.actor_cfg.use_kl_loss,
+            kl_coef=self.actor_cfg.kl_loss_coef, kl_type=self.actor_cfg.kl_loss_type,
+            temperature=self.rollout_cfg.temperature, policy_loss=self.actor_cfg.policy_loss.loss_mode)
         self.advantage_sign = 1.0  # -1 only in the sign-flip mutation test
         self.replay: ReplaySource | None = None  # set for a replay run (harness.core.replay)
         self.last_rollout: tuple[RolloutBatch, dict[str, torch.Tensor]] | None = None
@@ -130,23 +140,23 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ setup helpers
     def _datasets(self) -> tuple[list[Any], list[Any]]:
-        data = self.cfg["data"]
-        syn = data["synthetic"]
-        train = load_local(data["train_files"]) if data["train_files"] else build_synthetic(
-            syn["tasks"], syn["train_size"], self.seed, "train", syn["image_size"])
-        val = load_local(data["val_files"]) if data["val_files"] else build_synthetic(
-            syn["tasks"], syn["val_size"], self.seed, "val", syn["image_size"])
+        data = self.cfg.data
+        syn = data.synthetic
+        train = load_local(data.train_files) if data.train_files else build_synthetic(
+            syn.tasks, syn.train_size, self.seed, "train", syn.image_size)
+        val = load_local(data.val_files) if data.val_files else build_synthetic(
+            syn.tasks, syn.val_size, self.seed, "val", syn.image_size)
         return train, val
 
     def _optimizer(self) -> tuple[torch.optim.Optimizer, Any]:
-        optim = self.actor_cfg["optim"]
+        optim = self.actor_cfg.optim
         params = [p for p in self.models.actor.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=optim["lr"], betas=tuple(optim["betas"]), weight_decay=optim["weight_decay"],
-                                eps=1e-8, **adamw_kernel(self.device, self.cfg["deterministic"]))
-        total = int(self.cfg["trainer"]["total_training_steps"])
-        warmup = optim["lr_warmup_steps"] if optim["lr_warmup_steps"] >= 0 else int(optim["lr_warmup_steps_ratio"] * total)
+        opt = torch.optim.AdamW(params, lr=optim.lr, betas=(optim.betas[0], optim.betas[1]), weight_decay=optim.weight_decay,
+                                eps=1e-8, **adamw_kernel(self.device, self.cfg.deterministic))
+        total = int(self.cfg.trainer.total_training_steps)
+        warmup = optim.lr_warmup_steps if optim.lr_warmup_steps >= 0 else int(optim.lr_warmup_steps_ratio * total)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(
-            s, total=total, warmup=warmup, kind=optim["lr_scheduler_type"], min_ratio=optim["min_lr_ratio"]))
+            s, total=total, warmup=warmup, kind=optim.lr_scheduler_type, min_ratio=optim.min_lr_ratio))
         return opt, sched
 
     def _prompts_on_device(self, batch: list[Any]) -> tuple[dict[str, torch.Tensor], list[Any], list[Any], list[Any]]:
@@ -165,7 +175,7 @@ class GRPOTrainer:
         the world size (a 2-process run matches a 1-process run), and a group never spans ranks.
         """
         world, rank = self.dist.world, self.dist.rank
-        mini = self.actor_cfg["ppo_mini_batch_size"]
+        mini = self.actor_cfg.ppo_mini_batch_size
         if world == 1:
             return list(range(num_prompts))
         if mini % world or num_prompts % mini:
@@ -175,7 +185,7 @@ class GRPOTrainer:
         k = mini // world
         return [j + rank * k + i for j in range(0, num_prompts, mini) for i in range(k)]
 
-    def rollout(self, batch: list[Any], *, step: int, n: int, sampling: dict[str, Any], greedy: bool = False,
+    def rollout(self, batch: list[Any], *, step: int, n: int, sampling: Sampling | Rollout, greedy: bool = False,
                 ignore_eos: bool = False, prompt_index: list[int] | None = None,
                 global_prompts: int | None = None) -> RolloutBatch:
         """Sample n responses per prompt; sampling noise is keyed by (step, global prompt index, sample)."""
@@ -183,14 +193,14 @@ class GRPOTrainer:
         index = prompt_index if prompt_index is not None else list(range(len(batch)))
         rows = [i * n + j for i in index for j in range(n)]
         gen = step_generator(torch.device("cpu"), self.seed, step, 0)
-        uniforms = draw_uniforms(gen, self.cfg["data"]["max_response_length"], (global_prompts or len(batch)) * n,
+        uniforms = draw_uniforms(gen, self.cfg.data.max_response_length, (global_prompts or len(batch)) * n,
                                  rows, self.device)
         model = self.models.actor
         was_training = model.training
         model.eval()
         try:
-            return generate(model, prompts, n=n, max_new_tokens=self.cfg["data"]["max_response_length"],
-                            temperature=sampling["temperature"], top_k=sampling["top_k"], top_p=sampling["top_p"],
+            return generate(model, prompts, n=n, max_new_tokens=self.cfg.data.max_response_length,
+                            temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
                             eos_id=self.ids["eos"], pad_id=self.ids["pad"], image_pad_id=self.ids["image_pad"],
                             bias=self.bias, uniforms=uniforms, group_ids=uids, pixels=pixels, grids=grids,
                             greedy=greedy, ignore_eos=ignore_eos, run_to_length=self.dist.world > 1,
@@ -228,7 +238,7 @@ class GRPOTrainer:
         global_batch = self.loader.next_batch()
         index = self.shard(len(global_batch))  # this rank's prompts; groups never split
         batch = [global_batch[i] for i in index]
-        n = self.rollout_cfg["n"]
+        n = self.rollout_cfg.n
 
         t = self._tick()
         if self.replay is not None:  # teacher-forced: the baseline's tokens and rewards, no sampling
@@ -245,35 +255,35 @@ class GRPOTrainer:
         self.last_rollout = (rb, rewards)
 
         t = self._tick()
-        adv_fn = algos.get_adv_estimator(self.cfg["algorithm"]["adv_estimator"])
+        adv_fn = algos.get_adv_estimator(self.cfg.algorithm.adv_estimator)
         adv = adv_fn(rewards["scores"], rb.group_ids, rb.response_mask, eps=1e-6,
-                     norm_by_std=self.cfg["algorithm"]["norm_adv_by_std_in_grpo"]) * self.advantage_sign
+                     norm_by_std=self.cfg.algorithm.norm_adv_by_std_in_grpo) * self.advantage_sign
         rb.tensors.update(advantages=adv, scores=rewards["scores"])
         timing["timing_s/adv"] = self._tock(t)
 
         lp_kw = dict(bias=self.bias, temperature=self.loss_cfg.temperature, image_pad_id=self.ids["image_pad"])
         world = self.dist.world
-        mini = self.actor_cfg["ppo_mini_batch_size"] * n // world
-        on_policy = is_on_policy(rb.size, mini, self.actor_cfg["ppo_epochs"])
+        mini = self.actor_cfg.ppo_mini_batch_size * n // world
+        on_policy = is_on_policy(rb.size, mini, self.actor_cfg.ppo_epochs)
         t = self._tick()
         attach_positions(self.models.actor, rb, self.ids["image_pad"])  # once, not per micro-batch and model
         if not on_policy:  # on-policy, the update's own forward gives them
             rb.tensors["old_logp"] = batched_logprobs(
-                self.models.actor, rb, self.rollout_cfg["log_prob_micro_batch_size_per_gpu"] or rb.size, **lp_kw)
+                self.models.actor, rb, self.rollout_cfg.log_prob_micro_batch_size_per_gpu or rb.size, **lp_kw)
         timing["timing_s/old_log_prob"] = self._tock(t)
         if self.models.ref is not None:
             t = self._tick()
             rb.tensors["ref_logp"] = batched_logprobs(
-                self.models.ref, rb, self.cfg["actor_rollout_ref"]["ref"]["log_prob_micro_batch_size_per_gpu"]
+                self.models.ref, rb, self.cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
                 or rb.size, **lp_kw)
             timing["timing_s/ref"] = self._tock(t)
 
         t = self._tick()
-        micro = self.actor_cfg["ppo_micro_batch_size_per_gpu"] or mini
+        micro = self.actor_cfg.ppo_micro_batch_size_per_gpu or mini
         self.models.actor.train()
         upd = update_actor(self.models.actor, self.optimizer, self.scheduler, rb, cfg=self.loss_cfg, mini_size=mini,
-                           micro_size=micro, epochs=self.actor_cfg["ppo_epochs"],
-                           clip_grad=self.actor_cfg["optim"]["clip_grad"], bias=self.bias,
+                           micro_size=micro, epochs=self.actor_cfg.ppo_epochs,
+                           clip_grad=self.actor_cfg.optim.clip_grad, bias=self.bias,
                            image_pad_id=self.ids["image_pad"], all_reduce=self.dist.all_reduce,
                            grad_scale=self.dist.grad_scale, on_policy=on_policy)
         timing["timing_s/update_actor"] = self._tock(t)
@@ -333,7 +343,7 @@ class GRPOTrainer:
             "critic/score": rewards["scores"], "critic/rewards": rewards["scores"], "critic/advantages": seq_adv,
             "response_length": resp_len, "prompt_length": prompt_len,
             "reward/acc": rewards["acc"], "reward/format": rewards["format"]}))
-        max_len = self.cfg["data"]["max_response_length"]
+        max_len = self.cfg.data.max_response_length
         clipped = (resp_len >= max_len).double()
         m["response_length/clip_ratio"] = float(self.dist.all_reduce(clipped.sum()) / (rb.size * self.dist.world))
         if self.replay is None:  # a replayed rollout has no generation-time log-probs
@@ -344,7 +354,7 @@ class GRPOTrainer:
         self.tokens_seen += int(tokens)
         m["perf/total_num_tokens"] = tokens
         m["perf/throughput"] = tokens / timing["timing_s/step"] / self.dist.world
-        flops = 6 * self.models.n_active_params * tokens * self.actor_cfg["ppo_epochs"]
+        flops = 6 * self.models.n_active_params * tokens * self.actor_cfg.ppo_epochs
         m["perf/mfu"] = flops / timing["timing_s/update_actor"] / (self.peak_tflops * 1e12 * self.dist.world)
         m["perf/max_memory_allocated_gb"] = peak_memory_gb(self.device)
         m.update(timing)
@@ -354,22 +364,22 @@ class GRPOTrainer:
     @torch.no_grad()
     def validate(self, step: int) -> dict[str, float]:
         """Reward on the held-out split with the recipe's validation sampling (greedy or seeded)."""
-        vk = self.rollout_cfg["val_kwargs"]
+        vk = self.rollout_cfg.val_kwargs
         loader = PromptLoader(self.val_examples, self.tok, self.image_processor, self.merge,
-                              batch_size=self.cfg["data"]["val_batch_size"] or len(self.val_examples),
-                              max_prompt_length=self.cfg["data"]["max_prompt_length"],
-                              truncation=self.cfg["data"]["truncation"],
-                              filter_overlong_prompts=self.cfg["data"]["filter_overlong_prompts"], shuffle=False,
+                              batch_size=self.cfg.data.val_batch_size or len(self.val_examples),
+                              max_prompt_length=self.cfg.data.max_prompt_length,
+                              truncation=self.cfg.data.truncation,
+                              filter_overlong_prompts=self.cfg.data.filter_overlong_prompts, shuffle=False,
                               seed=self.seed)
         per_source: dict[str, list[float]] = {}
         for i in range(len(loader)):
             batch = loader.next_batch()
-            greedy = not vk["do_sample"] or vk["temperature"] == 0
-            sampling = {"temperature": vk["temperature"] or 1.0, "top_k": vk["top_k"], "top_p": vk["top_p"]}
-            rb = self.rollout(batch, step=1_000_000 + step * 1000 + i, n=vk["n"], sampling=sampling, greedy=greedy)
-            scores = self.score(rb, [p.example for p in batch], vk["n"])["scores"].tolist()
+            greedy = not vk.do_sample or vk.temperature == 0
+            sampling = Sampling(temperature=vk.temperature or 1.0, top_k=vk.top_k, top_p=vk.top_p)
+            rb = self.rollout(batch, step=1_000_000 + step * 1000 + i, n=vk.n, sampling=sampling, greedy=greedy)
+            scores = self.score(rb, [p.example for p in batch], vk.n)["scores"].tolist()
             for j, s in enumerate(scores):
-                per_source.setdefault(batch[j // vk["n"]].example.data_source, []).append(s)
+                per_source.setdefault(batch[j // vk.n].example.data_source, []).append(s)
         out = {}
         for src, vals in sorted(per_source.items()):
             gathered = [v for part in self.dist.all_gather_objects(vals) for v in part]

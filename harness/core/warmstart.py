@@ -57,11 +57,11 @@ def _numerics_key() -> dict[str, Any]:
 def cache_key(tr: GRPOTrainer) -> str:
     cfg = tr.cfg
     blob = {
-        "model": cfg["model"], "data": cfg["data"], "warm_start": cfg["warm_start"], "seed": tr.seed,
-        "override_config": cfg["actor_rollout_ref"]["model"]["override_config"],
+        **cfg.model_dump(mode="json", include={"model", "data", "warm_start"}), "seed": tr.seed,
+        "override_config": cfg.actor_rollout_ref.model.override_config.model_dump(mode="json"),
         "tokenizer": hashlib.sha256(tr.tok.backend_tokenizer.to_str().encode()).hexdigest(),
         "harness": __version__, "code": code_fingerprint(), "torch": torch.__version__, "device": tr.device.type,
-        "deterministic": cfg["deterministic"],
+        "deterministic": cfg.deterministic,
         # the CPU numerics decide the weights' bits: a cache made unpinned never seeds a pinned run
         "numerics": _numerics_key() if tr.device.type == "cpu" else None,
     }
@@ -95,7 +95,7 @@ def _demo_batch(tr: GRPOTrainer, rng: np.random.Generator, size: int) -> tuple[R
     picks = rng.integers(len(tr.loader.prompts), size=size)
     prompts = [tr.loader.prompts[int(i)] for i in picks]
     collated, pixels, grids, uids = tr._prompts_on_device(prompts)  # noqa: SLF001 - same collation as rollouts
-    R = tr.cfg["data"]["max_response_length"]
+    R = tr.cfg.data.max_response_length
     resp = torch.full((size, R), tr.ids["pad"], dtype=torch.long)
     mask = torch.zeros((size, R), dtype=torch.long)
     for row, p in enumerate(prompts):
@@ -111,7 +111,7 @@ def _demo_batch(tr: GRPOTrainer, rng: np.random.Generator, size: int) -> tuple[R
 
 def run_warm_start(tr: GRPOTrainer) -> dict[str, Any]:
     """Train (or load from cache) the format-only seed checkpoint into ``tr.models.actor``."""
-    ws = tr.cfg["warm_start"]
+    ws = tr.cfg.warm_start
     if not ws:
         return {}
     key = cache_key(tr)
@@ -124,12 +124,12 @@ def run_warm_start(tr: GRPOTrainer) -> dict[str, Any]:
         except HarnessError as err:
             sys.stderr.write(f"notice: warm-start cache entry not used, training it again: {err.one_line()}\n")
     rng = np.random.default_rng([tr.seed, 7])
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ws["lr"], weight_decay=0.0,
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0,
                             **adamw_kernel(tr.device, deterministic=True))
     model.train()
     losses = []
-    for _ in range(ws["steps"]):
-        rb, _ = _demo_batch(tr, rng, ws["batch_size"])
+    for _ in range(ws.steps):
+        rb, _ = _demo_batch(tr, rng, ws.batch_size)
         logp, _ = sequence_logprobs(model, rb, bias=tr.bias, temperature=1.0,
                                     image_pad_id=tr.ids["image_pad"])
         mask = rb.response_mask.float()

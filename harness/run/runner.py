@@ -168,7 +168,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     ``resume`` (the ``--set`` overrides given on the resuming command) continues the run already in
     ``run_dir`` from its newest complete checkpoint (rules: :mod:`harness.run.resume`).
     """
-    cfg = res.config
+    cfg = res.spec
     dist = dist or Dist()
     source, replay_info = open_replay(replay) if replay is not None else (None, None)
     if source is not None and (dist.world > 1 or resume is not None):
@@ -177,7 +177,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     if source is not None and not steps:
         steps = source.steps
     plan = plan_resume(run_dir, res, resume, dist.world) if resume is not None else None
-    total = int(steps or (plan.requested if plan else 0) or cfg["trainer"]["total_training_steps"])
+    total = int(steps or (plan.requested if plan else 0) or cfg.trainer.total_training_steps)
     start = plan.step if plan else 0
     if start > total:
         raise HarnessError(f"the checkpoint is at step {start}, beyond the {total} steps asked for", file=str(run_dir),
@@ -185,8 +185,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     fault = parse_fault(os.environ.get("HARNESS_FAULT"))
     callbacks = callbacks_from_env(fault)  # fault injection and test hooks (harness.run.hooks)
     numerics.activate()
-    set_determinism(int(cfg["seed"]), bool(cfg["deterministic"]))
-    device = resolve_device(cfg["trainer"]["device"], local_rank)
+    set_determinism(int(cfg.seed), bool(cfg.deterministic))
+    device = resolve_device(cfg.trainer.device, local_rank)
     speeds = [speed_index(device)] if dist.rank == 0 else []  # machine speed, at the start and the end
     record = None
     if dist.rank == 0:
@@ -196,7 +196,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     bar = _Progress(total, progress and record is not None)
     with _StopSignals() as stop:
         try:
-            trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.profile["accelerator"]["peak_bf16_tflops"],
+            trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.hardware.accelerator.peak_bf16_tflops,
                                   dist=dist,
                                   warm_start_fn=None if source is not None else run_warm_start)  # replay: its policy
             for cb in callbacks:
@@ -214,7 +214,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
             if plan is not None and plan.path is not None:
                 load_checkpoint(trainer, plan.path)
             if record is not None and start == 0:
-                record.update(model={"family": cfg["model"]["family"], "n_params": trainer.models.n_params,
+                record.update(model={"family": cfg.model.family, "n_params": trainer.models.n_params,
                                      "n_active_params": trainer.models.n_active_params,
                                      "attn_implementation": trainer.models.attn_implementation,
                                      "decode_engine": trainer.decode_engine,
@@ -222,10 +222,10 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                               warm_start=trainer.warm_start_info or None,
                               data={"train_size": len(trainer.train_examples), "val_size": len(trainer.val_examples),
                                     "num_filtered": trainer.loader.num_filtered})
-            test_freq, save_freq = cfg["trainer"]["test_freq"], cfg["trainer"]["save_freq"]
+            test_freq, save_freq = cfg.trainer.test_freq, cfg.trainer.save_freq
             if source is not None:
                 test_freq = 0  # a replay does not sample, so it has no validation either
-            if cfg["trainer"]["val_before_train"] and test_freq > 0 and start == 0:
+            if cfg.trainer.val_before_train and test_freq > 0 and start == 0:
                 val = trainer.validate(0)
                 if record is not None:
                     record.metrics.write(0, val)
@@ -256,8 +256,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                 if signum or (save_freq > 0 and (step % save_freq == 0 or step == total)):
                     if record is not None:
                         record.save()
-                    save_checkpoint(trainer, run_dir, step, config=cfg, manifest=record.manifest if record else None,
-                                    keep=cfg["trainer"]["max_actor_ckpt_to_keep"])
+                    save_checkpoint(trainer, run_dir, step, config=res.config, manifest=record.manifest if record else None,
+                                    keep=cfg.trainer.max_actor_ckpt_to_keep)
                 if signum:
                     err = Interrupted(signum, step, run_dir)
                     if record is not None:

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from harness.config.recipe import resolve
 from harness.core import warmstart
 
 
 def _trainer(seed: int = 42) -> SimpleNamespace:
-    cfg = {"model": {"family": "qwen3"}, "data": {"max_response_length": 8}, "warm_start": {"steps": 3},
-           "actor_rollout_ref": {"model": {"override_config": {}}}, "deterministic": True}
+    cfg = resolve("qwen3_vl_30b", "cpu", "smoke").spec
     tok = SimpleNamespace(backend_tokenizer=SimpleNamespace(to_str=lambda: '{"vocab": 1}'))
     return SimpleNamespace(cfg=cfg, seed=seed, tok=tok, device=torch.device("cpu"))
 
@@ -20,6 +20,9 @@ def _trainer(seed: int = 42) -> SimpleNamespace:
 def test_key_is_stable_and_follows_its_inputs() -> None:
     assert warmstart.cache_key(_trainer()) == warmstart.cache_key(_trainer())
     assert warmstart.cache_key(_trainer(1)) != warmstart.cache_key(_trainer(2))
+    shorter = _trainer()
+    shorter.cfg = shorter.cfg.model_copy(update={"warm_start": shorter.cfg.warm_start.model_copy(update={"steps": 1})})
+    assert warmstart.cache_key(shorter) != warmstart.cache_key(_trainer())
 
 
 def test_a_changed_core_gets_a_new_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     nproc = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     sets = resume_overrides(args.out, args.overrides) if args.resume else args.overrides
     res = cpu_world(resolve(args.recipe, args.profile, args.scale, tuple(sets)), nproc)
-    dist = distributed(res.config, res.profile["collective_backend"])
+    dist = distributed(res.spec, res.hardware.collective_backend)
     try:
         train(res, args.out, steps=args.steps, runtime="torchrun", progress=not args.quiet, dist=dist,
               local_rank=int(os.environ.get("LOCAL_RANK", "0")), resume=args.overrides if args.resume else None)
