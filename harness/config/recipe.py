@@ -200,9 +200,9 @@ def typed(model: type[M], doc: dict[str, Any], file: str) -> M:
     try:
         return model.model_validate(doc)
     except ValidationError as err:
-        first = err.errors()[0]
-        raise HarnessError(str(first["msg"]).removeprefix("Value error, "), file=file, key_path=pointer(first["loc"]),
-                           fix="see `harness validate` and the recipe schema") from None
+        first = err.errors()[0]  # a model's own rule reads "what is wrong; the fix"
+        what, _, fix = str(first["msg"]).removeprefix("Value error, ").partition("; ")
+        raise HarnessError(what, file=file, key_path=pointer(first["loc"]), fix=fix or "see the recipe schema") from None
 
 
 def supported_pairs(recipe: dict[str, Any]) -> list[tuple[str, str]]:

@@ -45,3 +45,39 @@ def test_every_field_is_described() -> None:
 
     for name, schema in schema_defs.all_schemas().items():
         assert walk(schema, name) == [], f"undescribed fields in {name}"
+
+
+def test_every_shipped_pair_reads_into_the_typed_recipe_unchanged() -> None:
+    """The typed model (what the trainer takes) holds exactly the resolved document: no key dropped or added,
+    no value or number type changed."""
+    from harness.config.recipe import load_recipe_file, recipe_names, recipe_path, resolve, supported_pairs
+
+    def same(a: object, b: object) -> bool:
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and a == b
+
+    pairs = 0
+    for name in recipe_names():
+        for profile, scale in supported_pairs(load_recipe_file(recipe_path(name))):
+            res = resolve(name, profile, scale)
+            assert same(res.spec.model_dump(by_alias=True, exclude={"schema_ref"}), res.config), (name, profile, scale)
+            assert res.hardware.name == profile
+            pairs += 1
+    assert pairs >= 20
+
+
+def test_the_typed_recipe_refuses_what_its_schema_refuses() -> None:
+    import pydantic
+    import pytest
+
+    from harness.config.recipe import resolve
+    from harness.core.spec import Recipe
+
+    doc = resolve("qwen3_vl_30b", "cpu", "smoke").config
+    for bad in ({**doc, "surprise": 1}, {**doc, "seed": -1},
+                {**doc, "trainer": {**doc["trainer"], "resume_mode": "sometimes"}}):
+        with pytest.raises(pydantic.ValidationError):
+            Recipe.model_validate(bad)
