@@ -142,7 +142,7 @@ def main() -> int:
     ap.add_argument("--summarize", action="store_true", help="only re-read the verdicts of runs already under --out")
     ap.add_argument("--fault", nargs="+", choices=sorted(FAULTS), help="only these faults (default: all)")
     ap.add_argument("--no-faults", action="store_true", help="only the seed runs (the faults measured elsewhere)")
-    ap.add_argument("--no-probe", action="store_true", help="judge statistical verdicts without their replay probe")
+    ap.add_argument("--no-replay-probe", action="store_true", help="judge statistical verdicts without their replay probe (as `harness run --no-replay-probe`)")
     ap.add_argument("--rejudge", action="store_true", help="judge the runs already under --out again (after the "
                     "baseline or the tiers changed) before reading their verdicts")
     args = ap.parse_args()
@@ -183,7 +183,7 @@ def main() -> int:
             for c in candidate_seeds(j["seed"], runs_per_verdict, taken):
                 units.append((name, args.out / "stage" / f"run-{i:02d}-seed-{c}", candidate_dir(j["dir"], c),
                               j["sets"] + [f"seed={c}"], "statistical", args.steps))
-            if base.get("replay") and not args.no_probe:  # the probe replays with the baseline's own seed
+            if base.get("replay") and not args.no_replay_probe:  # the probe replays with the baseline's own seed
                 units.append((name, args.out / "stage" / f"run-{i:02d}-probe", probe_dir(j["dir"]), j["sets"],
                               "replay", min(probe_steps(base), args.steps or probe_steps(base))))
 

@@ -222,8 +222,7 @@ def execute(args: argparse.Namespace) -> int:
 
     return judge_and_report(res, run_dir, baseline=args.baseline or replay, quiet=args.quiet, tier=args.tier,
                             report=not getattr(args, "no_report", False), train_candidate=train_candidate,
-                            train_probe=None if runtime != "local" or getattr(args, "no_replay_probe", False)
-                            else train_probe,
+                            train_probe=None if getattr(args, "no_replay_probe", False) else train_probe,
                             candidates=getattr(args, "candidates", None))
 
 
@@ -262,28 +261,24 @@ LEFTOVER_FIX = ("remove it; `harness compare RUN_DIR` then judges the run withou
 
 def train_missing_probe(run_dir: Path, verdict: Any, train_probe: Callable[[Path, int, int, Path], None],
                         quiet: bool) -> bool:
-    """Train the replay probe a statistical verdict lacks (:mod:`harness.judge.probe`); True if it was.
+    """Train the replay probe a statistical verdict lacks and can have (the judge decides which:
+    ``verdict.probe_wanted``, :mod:`harness.judge.probe`); True if it was.
 
     A probe directory that exists but is not this run's finished probe is refused, not overwritten.
     """
     from harness.judge import probe
-    from harness.judge.baseline import load_baseline
 
-    if verdict.replay_probe is not None or verdict.baseline is None:
-        return False
-    path = Path(verdict.baseline["path"])
-    baseline = load_baseline(path)
-    if probe.unavailable(baseline, "local"):
+    want = verdict.probe_wanted
+    if want is None:
         return False
     where = probe.probe_dir(run_dir)
     if where.exists() or where.is_symlink():
         raise HarnessError("holds something that is not a finished replay probe of this run", file=str(where),
                            fix=LEFTOVER_FIX)
-    steps = probe.probe_steps(baseline)
     if not quiet:
-        sys.stderr.write(f"notice: the statistical tier also replays the baseline's first {steps} steps with this "
-                         f"run's settings (a replay probe) into {where}\n")
-    train_probe(path, baseline["primary_seed"], steps, where)
+        sys.stderr.write(f"notice: the statistical tier also replays the baseline's first {want.steps} steps with "
+                         f"this run's settings (a replay probe) into {where}\n")
+    train_probe(want.baseline, want.primary_seed, want.steps, where)
     return True
 
 

@@ -44,11 +44,12 @@ Departures from verl (``verl/trainer/ppo/core_algos.py``) and the papers
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import Protocol, TypeVar
+from typing import Protocol, TypedDict, TypeVar
 
 import numpy as np
 import torch
 from torch import Tensor
+from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 from harness.registry import Registry
 
@@ -61,6 +62,14 @@ __all__ = [
 ]  # fmt: skip
 
 Number = int | float
+
+
+class AggCounts(TypedDict, total=False):
+    """What :func:`agg_loss` needs beyond the micro-batch: the whole batch's counts (and DAPO's constant)."""
+
+    norm_constant: Number | None
+    global_tokens: Number | Tensor | None
+    global_seqs: Number | Tensor | None
 
 
 # --------------------------------------------------------------------------- signatures
@@ -93,7 +102,7 @@ class PolicyLossFn(Protocol):
         clip_high: float = ...,
         clip_ratio_c: float = ...,
         agg_mode: str = ...,
-        **agg_kwargs: object,
+        **agg_kwargs: Unpack[AggCounts],
     ) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
@@ -421,7 +430,7 @@ def policy_loss(
     clip_high: float = 0.2,
     clip_ratio_c: float = 3.0,
     agg_mode: str = "token-mean",
-    **agg_kwargs: object,
+    **agg_kwargs: Unpack[AggCounts],
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate with dual clip (Ye et al. 2019), as verl's ``vanilla`` loss.
 
@@ -460,7 +469,7 @@ def policy_loss(
     negative = advantages < 0
     loss_tok = torch.where(negative, torch.minimum(loss3, clipped), clipped)  # (B, T)
 
-    loss = agg_loss(loss_tok, mask, agg_mode, **agg_kwargs)  # type: ignore[arg-type]
+    loss = agg_loss(loss_tok, mask, agg_mode, **agg_kwargs)
     with torch.no_grad():
         dtype = loss_tok.dtype
         metrics = {

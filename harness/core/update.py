@@ -232,7 +232,7 @@ def update_actor(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sched
         for mini_idx in micro_batches(batch.size, mini_size):
             mini = batch.select(mini_idx)
             g_tokens, g_seqs = _count(mini.response_mask, all_reduce)
-            agg: dict[str, Tensor | float] = dict(global_tokens=g_tokens, global_seqs=g_seqs)
+            agg = algos.AggCounts(global_tokens=g_tokens, global_seqs=g_seqs)  # every loss term: the batch's counts
             optimizer.zero_grad(set_to_none=True)
             acc: dict[str, float] = {}
             for idx in micro_batches(mini.size, micro_size):
@@ -247,11 +247,10 @@ def update_actor(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sched
                                     clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_ratio_c=cfg.clip_ratio_c,
                                     agg_mode=cfg.agg_mode, **agg)
                 assert ent is not None  # asked for with_entropy
-                ent_loss = algos.agg_loss(ent, mask, cfg.agg_mode, global_tokens=g_tokens, global_seqs=g_seqs)
+                ent_loss = algos.agg_loss(ent, mask, cfg.agg_mode, **agg)
                 loss = pg - cfg.entropy_coeff * ent_loss
                 if kl_fn is not None:
-                    kl = algos.agg_loss(kl_fn(logp, mb.tensors["ref_logp"]), mask, cfg.agg_mode, global_tokens=g_tokens,
-                                        global_seqs=g_seqs)
+                    kl = algos.agg_loss(kl_fn(logp, mb.tensors["ref_logp"]), mask, cfg.agg_mode, **agg)
                     loss = loss + cfg.kl_coef * kl
                     acc["actor/kl_loss"] = acc.get("actor/kl_loss", 0.0) + float(kl.detach())
                 (loss * grad_scale).backward()

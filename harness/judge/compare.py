@@ -132,6 +132,9 @@ def _add_probe(v: Verdict, ctx: Context, run_dir: Path, manifest: dict[str, Any]
     if found.dir is None or found.manifest is None:
         v.notices.append("statistical: no replay probe, so faults below the seeds' spread go unseen ("
                          + (why or "`harness run` trains it into RUN_DIR/" + probe.PROBE_DIR + "/") + ")")
+        if not why:
+            v.probe_wanted = probe.Wanted(Path(v.baseline["path"]), int(baseline["primary_seed"]),
+                                          probe.probe_steps(baseline))
         return
     m = found.manifest
     upto = min(m["steps"]["completed"], probe.probe_steps(baseline))
@@ -174,6 +177,7 @@ class Verdict:
     changes: list[dict[str, Any]] = field(default_factory=list)
     candidates: list[dict[str, Any]] = field(default_factory=list)  # other seeds judged with the run (statistical)
     replay_probe: dict[str, Any] | None = None  # the baseline's first steps replayed with the run's settings
+    probe_wanted: probe.Wanted | None = field(default=None, repr=False)  # not written: what `harness run` trains
     created_utc: str = field(default_factory=utc_now)
 
     @property

@@ -46,6 +46,15 @@ def unavailable(baseline: dict[str, Any], runtime: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class Wanted:
+    """A probe the verdict lacks and can have: what ``harness run`` trains (decided once, by the judge)."""
+
+    baseline: Path
+    primary_seed: int  # a replay starts from the baseline's own policy
+    steps: int
+
+
+@dataclass(frozen=True)
 class Probe:
     dir: Path | None  # the probe run, None when there is none to use
     manifest: dict[str, Any] | None

@@ -124,31 +124,37 @@ def test_no_probe_without_rollouts_or_for_a_container_run(tmp_path, manifest):  
 
 
 # ----------------------------------------------------------------------------- training it
-class _Verdict:
-    def __init__(self, baseline: Path, probe=None):
-        self.baseline = {"path": str(baseline)}
-        self.replay_probe = probe
-
-
 def test_train_missing_probe_trains_the_horizon_once_and_refuses_a_leftover(tmp_path, setup):
     from harness.commands.run import train_missing_probe
 
-    baseline, _, _ = setup
+    baseline, primary, pm = setup
+    run, m = _free_run(tmp_path, pm, primary)
+    verdict = C.judge(run, None, baseline_path=baseline)
+    assert verdict.probe_wanted == P.Wanted(baseline, 42, 4)  # 4 steps: the baseline's, under the horizon
     calls = []
-    assert train_missing_probe(tmp_path, _Verdict(baseline), lambda *a: calls.append(a), True)
-    assert calls == [(baseline, 42, 4, P.probe_dir(tmp_path))]  # 4 steps: the baseline's, under the horizon
-    assert not train_missing_probe(tmp_path, _Verdict(baseline, {"dir": "x", "steps_compared": 4}),
-                                   lambda *a: calls.append(a), True)
-    P.probe_dir(tmp_path).mkdir()
-    (P.probe_dir(tmp_path) / "metrics.jsonl").write_text("{}\n")
+    assert train_missing_probe(run, verdict, lambda *a: calls.append(a), True)
+    assert calls == [(baseline, 42, 4, P.probe_dir(run))]
+    _probe(run, m, primary, baseline)  # what the call trains
+    again = C.judge(run, None, baseline_path=baseline)
+    assert again.replay_probe is not None and again.probe_wanted is None
+    assert not train_missing_probe(run, again, lambda *a: calls.append(a), True)
+    (P.probe_dir(run) / "manifest.json").unlink()  # a leftover: not a finished probe of this run
     with pytest.raises(HarnessError, match="not a finished replay probe") as err:
-        train_missing_probe(tmp_path, _Verdict(baseline), lambda *a: calls.append(a), True)
+        train_missing_probe(run, verdict, lambda *a: calls.append(a), True)
     assert "harness compare" in err.value.one_line() and len(calls) == 1
-    assert (P.probe_dir(tmp_path) / "metrics.jsonl").read_text() == "{}\n"
+    assert (P.probe_dir(run) / "metrics.jsonl").is_file()
 
 
-def test_no_probe_is_trained_for_a_baseline_without_rollouts(tmp_path, manifest):  # noqa: F811
+def test_no_probe_is_wanted_without_rollouts_or_after_a_container_run(tmp_path, manifest):  # noqa: F811
     from harness.commands.run import train_missing_probe
 
-    baseline, _ = _recorded(tmp_path, manifest)
-    assert not train_missing_probe(tmp_path, _Verdict(baseline), lambda *a: pytest.fail("trained"), True)
+    baseline, primary = _recorded(tmp_path, manifest)  # no replay block
+    run, m = _free_run(tmp_path, load_json_strict(primary / "manifest.json"), primary)
+    verdict = C.judge(run, None, baseline_path=baseline)
+    assert verdict.probe_wanted is None
+    assert not train_missing_probe(run, verdict, lambda *a: pytest.fail("trained"), True)
+    _with_rollouts(baseline)
+    m["runtime"] = {**m["runtime"], "kind": "docker"}
+    write_json_atomic(run / "manifest.json", m)
+    docker = C.judge(run, None, baseline_path=baseline)
+    assert docker.probe_wanted is None and any("runs locally" in n for n in docker.notices)
