@@ -78,15 +78,15 @@ def _plan(entry: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
         raise HarnessError(f"reference baseline was recorded for another version of recipe '{entry['recipe']}'",
                            file=ref, key_path="/recipe/hash",
                            fix="re-record the baseline for the current recipe (compare refuses stale baselines)")
-    t = res.config["trainer"]
-    if t["nnodes"] > profile["nodes"]:
-        raise HarnessError(f"entry '{entry['id']}' needs {t['nnodes']} nodes; the profile describes "
+    t = res.spec.trainer
+    if t.nnodes > profile["nodes"]:
+        raise HarnessError(f"entry '{entry['id']}' needs {t.nnodes} nodes; the profile describes "
                            f"{profile['nodes']}", key_path=f"entries/{entry['id']}",
                            fix="certify it on a multi-node allocation or drop it from the suite")
     preflight(res)
-    steps = int(entry["steps"] or t["total_training_steps"])
+    steps = int(entry["steps"] or t.total_training_steps)
     return {"entry": entry, "res": res, "steps": steps, "baseline": path,
-            "world": t["nnodes"] * t["n_gpus_per_node"], "runs": 2 if entry["determinism_repeat"] else 1}
+            "world": t.nnodes * t.n_gpus_per_node, "runs": 2 if entry["determinism_repeat"] else 1}
 
 
 def _runtime(image: str | None, plans: list[dict[str, Any]]) -> tuple[str, str | None, str | None]:

@@ -92,7 +92,7 @@ def plan_replay(args: argparse.Namespace, res: Resolved, runtime: str) -> Path |
             or getattr(args, "resume", None) is not None:
         return None
     baseline = load_baseline(path)
-    if not baseline.get("replay") or res.config["seed"] != baseline["primary_seed"]:
+    if not baseline.get("replay") or res.spec.seed != baseline["primary_seed"]:
         return None
     live = environment.live_summary(res, "local", 1)
     blocking = [c.text() for c in environment.changes(live, baseline["environment"]) if c.blocks_exact]
@@ -147,7 +147,7 @@ def choose_run_dir(args: argparse.Namespace, res: Resolved) -> Path:
     if not names:
         return run_dir
     if "manifest.json" in names:
-        if res.config["trainer"]["resume_mode"] == "auto" and auto_resumable(run_dir, res):
+        if res.spec.trainer.resume_mode == "auto" and auto_resumable(run_dir, res):
             args.resume, args.auto_resumed = run_dir, True  # announced once the resume has been checked
             return run_dir
         if args.stage == "train" and _same_run(run_dir, res):
@@ -167,8 +167,8 @@ def check_resume(args: argparse.Namespace, res: Resolved, run_dir: Path, runtime
     if runtime == "torchrun":
         from harness.run.runtime.rank import cpu_world
 
-        res = cpu_world(res, args.nproc_per_node or res.config["trainer"]["n_gpus_per_node"])
-    world = res.config["trainer"]["nnodes"] * res.config["trainer"]["n_gpus_per_node"] if runtime == "torchrun" else 1
+        res = cpu_world(res, args.nproc_per_node or res.spec.trainer.n_gpus_per_node)
+    world = res.spec.trainer.nnodes * res.spec.trainer.n_gpus_per_node if runtime == "torchrun" else 1
     plan = plan_resume(run_dir, res, list(args.overrides), world)
     if args.steps is None:
         args.steps = plan.requested

@@ -99,7 +99,7 @@ def live_summary(res: Any, runtime: str, world: int) -> dict[str, Any]:
     from harness.run.record import git_revision, software_versions
 
     numerics.activate()
-    manifest = {"deterministic": res.config["deterministic"], "software": software_versions(),
+    manifest = {"deterministic": res.spec.deterministic, "software": software_versions(),
                 "machine": probe_machine().as_dict(), "numerics": numerics.record(),
                 "runtime": {"kind": runtime, "world_size": world, "image_id": None, "lock_sha256": None},
                 "harness": git_revision()}

@@ -48,8 +48,8 @@ def runtime_info(kind: str, world: int) -> dict[str, Any]:
 def base_manifest(res: Resolved, *, steps: int, runtime: str, world: int, fault: dict[str, Any]) -> dict[str, Any]:
     return {
         "recipe": {"name": res.name, "path": res.path, "hash": res.recipe_hash, "config_hash": res.config_hash},
-        "profile": res.profile_name, "scale": res.scale, "seed": res.config["seed"],
-        "deterministic": res.config["deterministic"], "overrides": res.overrides,
+        "profile": res.profile_name, "scale": res.scale, "seed": res.spec.seed,
+        "deterministic": res.spec.deterministic, "overrides": res.overrides,
         "steps": {"requested": steps, "completed": 0},
         "harness": {"version": __version__, **git_revision()},
         "software": software_versions(), "machine": probe_machine().as_dict(),

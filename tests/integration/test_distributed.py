@@ -19,16 +19,20 @@ ROOT = Path(__file__).resolve().parents[2]
 NON_NUMERIC = ("timing_s/", "perf/")
 
 
-def _recipe(tmp: Path, name: str, agg_mode: str, dtype: str = "float64") -> Path:
+def _recipe(tmp: Path, name: str, agg_mode: str, dtype: str = "float64", warm_start_steps: int | None = 20) -> Path:
     """The qwen3_vl_30b recipe in float64 (numerics reference mode) with the given loss aggregation.
 
-    A short warm start (20 steps): these tests compare processes, not what the policy learned.
+    A short warm start (20 steps; none at all for the killed rank): these tests compare processes, not what
+    the policy learned.
     """
     data = json.loads((RECIPES_DIR / "qwen3_vl_30b.json").read_text())
     data["name"] = name
     data["actor_rollout_ref"]["actor"]["loss_agg_mode"] = agg_mode
     data["profiles"]["cpu"]["smoke"]["model"]["dtype"] = dtype
-    data["scales"]["smoke"]["warm_start"]["steps"] = 20
+    if warm_start_steps is None:
+        data["scales"]["smoke"]["warm_start"] = None
+    else:
+        data["scales"]["smoke"]["warm_start"]["steps"] = warm_start_steps
     data["$schema"] = str(ROOT / "schemas/v1/recipe.schema.json")
     path = tmp / f"{name}.json"
     path.write_text(json.dumps(data))
@@ -72,7 +76,7 @@ def test_two_processes_match_one(tmp_path: Path, agg_mode: str) -> None:
 
 
 def test_killed_rank_fails_the_run_fast(tmp_path: Path) -> None:
-    recipe = _recipe(tmp_path, "dp_kill", "token-mean", dtype="float32")
+    recipe = _recipe(tmp_path, "dp_kill", "token-mean", dtype="float32", warm_start_steps=None)
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_COLLECTIVE_TIMEOUT_S": "60"}
     cmd = [sys.executable, "-m", "harness", "run", str(recipe), "--profile", "cpu", "--steps", "40", "--out", str(out),

@@ -18,11 +18,11 @@ from harness.run.runtime.spec import RunSpec
 
 def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[str, str | None]:
     """(runtime, image) — ``auto`` becomes docker when usable, else local with a one-line notice."""
-    world = res.config["trainer"]["nnodes"] * res.config["trainer"]["n_gpus_per_node"]
+    world = res.spec.trainer.nnodes * res.spec.trainer.n_gpus_per_node
     if requested == "auto":
         from harness.run.runtime.docker import docker_status
 
-        ref = image or res.profile["container_image"]["reference"]
+        ref = image or res.hardware.container_image.reference
         ok, why = docker_status(ref)  # also False for an image built from other sources
         if ok:
             return ("docker", ref)
@@ -32,7 +32,7 @@ def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[st
     if requested == "local" and world > 1:
         raise HarnessError(f"the resolved recipe needs {world} processes; --runtime local runs one",
                            key_path="--runtime", fix="use --runtime torchrun (or docker)")
-    return (requested, image or (res.profile["container_image"]["reference"] if requested == "docker" else None))
+    return (requested, image or (res.hardware.container_image.reference if requested == "docker" else None))
 
 
 def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime: str, image: str | None,
@@ -53,8 +53,8 @@ def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime:
                                  stage="train", quiet=args.quiet, resume="/run-dir" if resumed else None).run_args()]
         env = {k: os.environ[k] for k in ("HARNESS_FAULT",) if k in os.environ}
         code = run_in_docker(inner, image=image or "", run_dir=run_dir.absolute(), recipe_file=recipe_file,
-                             devices=res.config["trainer"]["device"],
-                             device_count=res.config["trainer"]["n_gpus_per_node"], env=env)
+                             devices=res.spec.trainer.device,
+                             device_count=res.spec.trainer.n_gpus_per_node, env=env)
         if code != 0:
             raise HarnessError(f"the run inside the container failed (exit {code})", file=str(run_dir),
                                fix="read the container output above; the run directory keeps what was written",

@@ -21,7 +21,7 @@ from harness.errors import HarnessError
 
 def cpu_world(res: Resolved, nproc: int) -> Resolved:
     """On the cpu profile, processes stand in for devices: record the process count as an override."""
-    if res.profile["device_type"] != "cpu" or nproc == res.config["trainer"]["n_gpus_per_node"]:
+    if res.hardware.device_type != "cpu" or nproc == res.spec.trainer.n_gpus_per_node:
         return res
     cfg = dict(res.config)
     cfg["trainer"] = {**cfg["trainer"], "n_gpus_per_node": nproc}

@@ -39,15 +39,15 @@ def _free_port() -> int:
 
 def node_layout(res: Resolved, nproc_override: int | None = None) -> dict[str, object]:
     """nnodes, node rank, processes per node and the rendezvous endpoint for this node."""
-    nnodes = int(os.environ.get("NNODES") or os.environ.get("SLURM_NNODES") or res.config["trainer"]["nnodes"])
+    nnodes = int(os.environ.get("NNODES") or os.environ.get("SLURM_NNODES") or res.spec.trainer.nnodes)
     node_rank = int(os.environ.get("NODE_RANK") or os.environ.get("SLURM_NODEID") or 0)
-    nproc = int(nproc_override or res.config["trainer"]["n_gpus_per_node"])
-    if nproc_override and res.profile["device_type"] != "cpu" and nproc_override != res.config["trainer"]["n_gpus_per_node"]:
+    nproc = int(nproc_override or res.spec.trainer.n_gpus_per_node)
+    if nproc_override and res.hardware.device_type != "cpu" and nproc_override != res.spec.trainer.n_gpus_per_node:
         raise HarnessError("--nproc-per-node may only differ from trainer.n_gpus_per_node on the cpu profile",
                            key_path="--nproc-per-node", fix="drop it; the recipe's profile settings decide")
-    if nnodes != res.config["trainer"]["nnodes"]:
+    if nnodes != res.spec.trainer.nnodes:
         raise HarnessError(f"{nnodes} nodes in the environment but the recipe says trainer.nnodes="
-                           f"{res.config['trainer']['nnodes']}", key_path="NNODES",
+                           f"{res.spec.trainer.nnodes}", key_path="NNODES",
                            fix="launch on as many nodes as the recipe's profile settings ask for")
     endpoint = os.environ.get("HARNESS_RDZV_ENDPOINT")
     if not endpoint:
@@ -174,13 +174,13 @@ def launch(res: Resolved, args: argparse.Namespace, run_dir: Path) -> None:
 
 def sbatch_script(res: Resolved, *, steps: int | None, out: str, partition: str | None, time_limit: str) -> str:
     """A Slurm batch script: one task per node, each running the harness's torchrun launcher."""
-    t = res.config["trainer"]
+    t = res.spec.trainer
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name=grpo-{res.name}",
-        f"#SBATCH --nodes={t['nnodes']}",
+        f"#SBATCH --nodes={t.nnodes}",
         "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={t['n_gpus_per_node']}" if res.profile["device_type"] == "cuda" else
+        f"#SBATCH --gpus-per-node={t.n_gpus_per_node}" if res.hardware.device_type == "cuda" else
         "# accelerators: the Ascend node's NPUs are visible to the task (no --gpus-per-node)",
         f"#SBATCH --time={time_limit}",
     ]
