@@ -135,3 +135,12 @@ def test_the_readme_layout_names_every_module() -> None:
             if shown not in layout and not (entry.stem.startswith("schema_defs") and "schema_defs*.py" in layout):
                 missing.append(str(entry.relative_to(PKG.parent)))
     assert missing == [], "add these to the README's layout section"
+
+
+def test_no_python_file_over_600_lines() -> None:
+    """Files stay readable in one sitting: split by stage or concern, not by line count alone."""
+    root = PKG.parent
+    long = sorted(f"{p.relative_to(root)}: {n}" for p in [*root.glob("harness/**/*.py"), *root.glob("tests/**/*.py"),
+                                                          *root.glob("bench/**/*.py"), root / "noxfile.py"]
+                  if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600)
+    assert long == []
