@@ -1,7 +1,7 @@
 """Generates ``schemas/v1/*.schema.json`` (JSON Schema 2020-12): ``python -m harness.config.schema_defs``.
 
-The recipe, resolved-recipe and profile schemas come from the typed models of
-:mod:`harness.config.models` (descriptions, bounds, ``x-overridable`` and the registries' enums are
+The recipe, resolved-recipe and profile schemas come from the typed models of :mod:`harness.core.spec`
+and :mod:`harness.config.models` (descriptions, bounds, ``x-overridable`` and the registries' enums are
 field metadata there); the run records' and certificates' schemas are built with the small builders
 below (:mod:`harness.config.schema_defs_records`, :mod:`harness.config.schema_defs_cert`). The files
 are committed; a test fails when they drift from their source.

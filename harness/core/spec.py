@@ -20,9 +20,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
-from pydantic_core import CoreSchema
+from pydantic_core import CoreSchema, core_schema
 
 # Upper bounds: a size the harness would try to allocate or loop over is refused by the schema, not
 # discovered by running out of memory. Every other recipe integer is capped at INT32_MAX (schema_defs).
@@ -60,6 +68,15 @@ class Registered:
 
     def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         return {**handler(schema), "enum": registered(self.kind)}
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        def known(name: str) -> str:
+            if name not in registered(self.kind):
+                raise ValueError(f"{name!r} is not a registered {self.kind}; use one of "
+                                 + ", ".join(registered(self.kind)))
+            return name
+
+        return core_schema.no_info_after_validator_function(known, handler(source))
 
 
 def field(desc: str, *, over: bool = False, extra: dict[str, Any] | None = None, **kw: Any) -> Any:
@@ -210,6 +227,13 @@ class Veomni(Section):
     expert_parallel_size: int = field("Expert-parallel degree.", ge=1)
     attn_implementation: Literal["flash_attention_2", "sdpa", "eager"] = field("Attention kernel the engine asks for.")
     moe_implementation: Literal["fused", "eager"] = field("Expert kernel (fused grouped GEMM or eager loop).")
+
+    @field_validator("fsdp_size")
+    @classmethod
+    def _not_zero(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("fsdp_size 0 shards over nothing; give -1 (all data-parallel ranks) or a positive count")
+        return value
 
 
 class PolicyLoss(Section):

@@ -84,8 +84,7 @@ def step_generator(device: torch.device, seed: int, step: int, rank: int, stream
 
 
 class GRPOTrainer:
-    """Builds everything from a resolved recipe (the typed :class:`~harness.config.models.Recipe`), then runs
-    steps."""
+    """Builds everything from a resolved recipe (the typed :class:`~harness.core.spec.Recipe`), then runs steps."""
 
     def __init__(self, cfg: Recipe, *, device: torch.device, peak_tflops: float, dist: Dist | None = None,
                  warm_start_fn: Callable[[GRPOTrainer], dict[str, Any]] | None = None) -> None:

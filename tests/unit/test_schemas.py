@@ -77,7 +77,11 @@ def test_the_typed_recipe_refuses_what_its_schema_refuses() -> None:
     from harness.core.spec import Recipe
 
     doc = resolve("qwen3_vl_30b", "cpu", "smoke").config
+    arr = doc["actor_rollout_ref"]
     for bad in ({**doc, "surprise": 1}, {**doc, "seed": -1},
-                {**doc, "trainer": {**doc["trainer"], "resume_mode": "sometimes"}}):
+                {**doc, "trainer": {**doc["trainer"], "resume_mode": "sometimes"}},
+                {**doc, "algorithm": {**doc["algorithm"], "adv_estimator": "not_registered"}},
+                {**doc, "actor_rollout_ref": {**arr, "actor": {**arr["actor"],
+                                                               "veomni": {**arr["actor"]["veomni"], "fsdp_size": 0}}}}):
         with pytest.raises(pydantic.ValidationError):
             Recipe.model_validate(bad)
