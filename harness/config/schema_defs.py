@@ -1,10 +1,11 @@
 """Generates ``schemas/v1/*.schema.json`` (JSON Schema 2020-12): ``python -m harness.config.schema_defs``.
 
-The recipe, resolved-recipe and profile schemas come from the typed models of :mod:`harness.core.spec`
-and :mod:`harness.config.models` (descriptions, bounds, ``x-overridable`` and the registries' enums are
-field metadata there); the run records' and certificates' schemas are built with the small builders
-below (:mod:`harness.config.schema_defs_records`, :mod:`harness.config.schema_defs_cert`). The files
-are committed; a test fails when they drift from their source.
+Every schema comes from a typed model: the recipe from :mod:`harness.core.spec` (descriptions, bounds,
+``x-overridable`` and the registries' enums are field metadata there), the recipe file and the profile
+from :mod:`harness.config.models`, the run records from :mod:`harness.config.records` and certification
+from :mod:`harness.config.cert_records`. pydantic writes each model's schema; :func:`from_model` puts it in
+the committed style (inlined, ``type: [T, "null"]`` for optional values). The files are committed; a test
+fails when they drift from their models.
 """
 
 from __future__ import annotations
@@ -15,25 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness.config import models
+from harness.config import cert_records, models, records
 from harness.core import spec
-from harness.core.spec import PROFILE_NAME, registered  # noqa: F401 - re-exported for the record schemas
+from harness.core.spec import registered  # noqa: F401 - re-exported (tests read the enums through it)
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_BASE = "https://harness.invalid/schemas/v1/"
 FAMILIES = list(spec.FAMILIES)
 INT32_MAX = 2**31 - 1
-
-
-# ----------------------------------------------------------------------------- builders
-def _leaf(kind: str | list[str], desc: str, override: bool = False, **kw: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": kind, "description": desc}
-    out.update(kw)
-    if override:
-        out["x-overridable"] = True
-    return out
-
-
 
 
 def _capped(node: Any) -> Any:
@@ -47,55 +37,6 @@ def _capped(node: Any) -> Any:
     if isinstance(node, list):
         return [_capped(v) for v in node]
     return node
-
-
-def integer(desc: str, minimum: int | None = None, maximum: int | None = None, *, override: bool = False,
-            nullable: bool = False) -> dict[str, Any]:
-    kw = {k: v for k, v in (("minimum", minimum), ("maximum", maximum)) if v is not None}
-    return _leaf(["integer", "null"] if nullable else "integer", desc, override, **kw)
-
-
-def number(desc: str, minimum: float | None = None, maximum: float | None = None, *, exclusive_min: float | None = None,
-           override: bool = False) -> dict[str, Any]:
-    kw = {k: v for k, v in (("minimum", minimum), ("maximum", maximum), ("exclusiveMinimum", exclusive_min))
-          if v is not None}
-    return _leaf("number", desc, override, **kw)
-
-
-def boolean(desc: str) -> dict[str, Any]:
-    return _leaf("boolean", desc)
-
-
-def string(desc: str, *, enum: list[str] | None = None, pattern: str | None = None, nullable: bool = False,
-           min_length: int | None = None, override: bool = False) -> dict[str, Any]:
-    kind: str | list[str] = ["string", "null"] if nullable else "string"
-    out = _leaf(kind, desc, override and enum is not None)  # only enumerated strings can be overridden
-    if enum is not None:
-        out["enum"] = enum + ([None] if nullable else [])
-    if pattern is not None:
-        out["pattern"] = pattern
-    if min_length is not None:
-        out["minLength"] = min_length
-    return out
-
-
-def obj(desc: str, props: dict[str, Any], *, optional: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "description": desc,
-        "properties": props,
-        "required": [k for k in props if k not in optional],
-        "additionalProperties": False,
-    }
-
-
-def array(desc: str, items: dict[str, Any], min_items: int | None = None, max_items: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "array", "description": desc, "items": items}
-    if min_items is not None:
-        out["minItems"] = min_items
-    if max_items is not None:
-        out["maxItems"] = max_items
-    return out
 
 
 # ----------------------------------------------------------------------------- from the typed models
@@ -120,12 +61,16 @@ def _tidy(node: dict[str, Any]) -> dict[str, Any]:
     no titles or defaults, no ``type`` beside a ``const``, ``type`` and ``description`` first."""
     node = dict(node)
     variants = node.get("anyOf")
+    rest = {k: v for k, v in node.items() if k != "anyOf"}
     if isinstance(variants, list) and len(variants) == 2 and {"type": "null"} in variants:
         inner = next(v for v in variants if v != {"type": "null"})
-        rest = {k: v for k, v in node.items() if k != "anyOf"}
         node = {**inner, **rest, "type": [inner["type"], "null"]}
         if "enum" in node:
             node["enum"] = [*node["enum"], None]
+    elif isinstance(variants, list) and all(isinstance(v, dict) and list(v) == ["type"] for v in variants):
+        node = {**rest, "type": [v["type"] for v in variants]}  # a union of plain types: one type list
+    if node.get("additionalProperties") is True:
+        del node["additionalProperties"]  # pydantic's spelling of "any value" for dict[str, Any]
     for key in _DROP:
         node.pop(key, None)
     if "const" in node:
@@ -139,10 +84,12 @@ def _tidy(node: dict[str, Any]) -> dict[str, Any]:
     return {**head, **{k: v for k, v in node.items() if k not in head}}
 
 
-def from_model(model: type[BaseModel], name: str, description: str) -> dict[str, Any]:
-    """The JSON Schema (2020-12) of ``model``, as committed in ``schemas/v1/<name>.schema.json``."""
+def from_model(model: type[BaseModel], name: str, description: str, *, capped: bool = True) -> dict[str, Any]:
+    """The JSON Schema (2020-12) of ``model``, as committed in ``schemas/v1/<name>.schema.json`` (``capped``: every
+    integer without a maximum gets INT32_MAX, as recipe integers do)."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
-    body = _capped(_tidy(_inline(raw, raw.get("$defs", {}))))
+    body = _tidy(_inline(raw, raw.get("$defs", {})))
+    body = _capped(body) if capped else body
     body["description"] = description
     return {"$schema": SCHEMA_DIALECT, "$id": SCHEMA_BASE + f"{name}.schema.json", "title": name, **body}
 
@@ -157,14 +104,24 @@ def profile_schema() -> dict[str, Any]:
     return from_model(models.Profile, "profile", "A hardware profile: one node type, described MLPerf-style.")
 
 
+def record_schemas() -> dict[str, dict[str, Any]]:
+    """The run records' and certification's schemas (their integers keep their own bounds)."""
+    out = {f"{name}.schema.json": from_model(model, name, (model.__doc__ or "").strip(), capped=False)
+           for name, model in (("manifest", records.Manifest), ("baseline", records.Baseline),
+                               ("verdict", records.Verdict), ("suite", cert_records.Suite),
+                               ("certificate", cert_records.Certificate))}
+    resolved = {k: v for k, v in recipe_schema(resolved=True).items() if k not in ("$schema", "$id", "title")}
+    out["manifest.schema.json"]["properties"]["resolved_config"] = resolved  # the recipe, as the run resolved it
+    return out
+
+
 def all_schemas() -> dict[str, dict[str, Any]]:
     """File name → schema, for every generated schema."""
     return {
         "recipe.schema.json": recipe_schema(resolved=False),
         "resolved-recipe.schema.json": recipe_schema(resolved=True),
         "profile.schema.json": profile_schema(),
-        **__import__("harness.config.schema_defs_records", fromlist=["record_schemas"]).record_schemas(),
-        **__import__("harness.config.schema_defs_cert", fromlist=["cert_schemas"]).cert_schemas(),
+        **record_schemas(),
     }
 
 

@@ -85,3 +85,32 @@ def test_the_typed_recipe_refuses_what_its_schema_refuses() -> None:
                                                                "veomni": {**arr["actor"]["veomni"], "fsdp_size": 0}}}}):
         with pytest.raises(pydantic.ValidationError):
             Recipe.model_validate(bad)
+
+
+def test_committed_records_read_into_their_models() -> None:
+    """The record models accept what was really written: the committed baselines, suites, the published
+    certificate, and the manifests and verdicts of committed measurements (pydantic's own validation, beside
+    the JSON Schema generated from the same models)."""
+    from pathlib import Path
+
+    from harness.config.cert_records import Certificate, Suite
+    from harness.config.records import Baseline, Manifest, Verdict
+    from harness.jsonio import load_json_strict
+    from harness.judge.attest import open_certificate
+
+    root = Path(__file__).resolve().parents[2]
+    seen = {Baseline: 0, Suite: 0, Certificate: 0, Manifest: 0, Verdict: 0}
+    for path in sorted(root.glob("baselines/*/*.json")):
+        Baseline.model_validate(load_json_strict(path))
+        seen[Baseline] += 1
+    for path in sorted(root.glob("recipes/certification/*.json")):
+        Suite.model_validate(load_json_strict(path))
+        seen[Suite] += 1
+    for path in sorted(root.glob("certificates/*/certificate.json")):
+        Certificate.model_validate(open_certificate(path).statement["predicate"])
+        seen[Certificate] += 1
+    for model, name in ((Manifest, "manifest.json"), (Verdict, "verdict.json")):
+        for path in sorted(root.glob(f"bench/results/typed-recipe-2026-12-02/**/{name}")):
+            model.model_validate(load_json_strict(path))
+            seen[model] += 1
+    assert all(seen.values()), seen
