@@ -1,7 +1,10 @@
 """Strict JSON in, atomic JSON out.
 
 ``load_json_strict`` refuses what ``json.load`` silently accepts: duplicate keys (the later one
-would win), NaN/Infinity and trailing data. Errors name the file, the key path and the line.
+would win), NaN/Infinity and trailing data. Errors name the file, the key path and the line. It
+parses in time linear in the text and bounds what a hostile file can make it build: at most
+``MAX_OBJECT_KEYS`` keys in one object and ``MAX_VALUES`` keys and array items in one document
+(callers reading tensor-file headers or training-state trees raise the first to ``TENSOR_INDEX_KEYS``).
 ``write_json_atomic`` writes to a temporary file in the same directory, fsyncs and renames, so
 a reader never sees a half-written file and a crash leaves the old one in place; the file gets
 the usual mode of a new file (0666 less the umask), not the temporary file's 0600.
@@ -28,6 +31,12 @@ from harness.errors import HarnessError
 _WS = " \t\n\r"
 MiB = 1 << 20
 JSON_LIMIT = 64 * MiB  # recipes, manifests, baselines, certificates, verdicts
+# Keys of one object, and values (keys + array items) of one document. A committed record's largest object
+# holds 33 keys and its largest document ~30,000 values; tensor-file headers and training-state trees (one key
+# per tensor) pass TENSOR_INDEX_KEYS instead.
+MAX_OBJECT_KEYS = 10_000
+MAX_VALUES = 4_000_000
+TENSOR_INDEX_KEYS = 1_000_000
 
 
 def _umask() -> int:
@@ -47,12 +56,12 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()
 
 
-def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = "file",
-                       follow_symlinks: bool = True) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes, or a one-line :class:`HarnessError`.
+def open_regular(path: str | os.PathLike[str], *, what: str = "file",
+                 follow_symlinks: bool = True) -> tuple[int, os.stat_result]:
+    """A blocking read descriptor of a regular file and its ``fstat``, or a one-line :class:`HarnessError`.
 
-    The file is opened non-blocking (a FIFO cannot stall the open), then checked with ``fstat``
-    on the open descriptor, so what is read is what was checked.
+    The file is opened non-blocking (a FIFO cannot stall the open), then checked with ``fstat`` on the
+    open descriptor, so what is read is what was checked. The caller closes the descriptor.
     """
     p = str(path)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -76,10 +85,28 @@ def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = 
         if not stat.S_ISREG(st.st_mode):
             raise HarnessError("not a regular file (a FIFO, device or socket); refused", file=p,
                                fix=f"name a regular {what}")
+        os.set_blocking(fd, True)
+    except OSError as err:
+        os.close(fd)
+        raise HarnessError(f"cannot read ({err.strerror})", file=p, fix="check the path and its permissions") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = "file",
+                       follow_symlinks: bool = True) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, or a one-line :class:`HarnessError`.
+
+    Opened with :func:`open_regular`; the size is checked before anything is read into memory.
+    """
+    p = str(path)
+    fd, st = open_regular(path, what=what, follow_symlinks=follow_symlinks)
+    try:
         if st.st_size > limit:
             raise HarnessError(f"{what} is {st.st_size} bytes, over the limit of {limit}", file=p,
                                fix=f"use a {what} of at most {limit // MiB or 1} MiB")
-        os.set_blocking(fd, True)
         chunks, total = [], 0
         while True:
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))
@@ -121,11 +148,27 @@ def _join(path: str, key: str | int) -> str:
 
 
 class _Parser:
-    """A small recursive-descent JSON parser that tracks key paths and positions."""
+    """A small recursive-descent JSON parser that tracks key paths and positions.
 
-    def __init__(self, text: str, file: str) -> None:
+    Line numbers are computed only for an error (a count of newlines from the start of the text), so a
+    parse stays linear in the size of the document.
+    """
+
+    def __init__(self, text: str, file: str, max_object_keys: int = MAX_OBJECT_KEYS,
+                 max_values: int = MAX_VALUES) -> None:
         self.text = text
         self.file = file
+        self.max_object_keys = max_object_keys
+        self.max_values = max_values
+        self.values = 0
+
+    def count(self, pos: int, path: str) -> None:
+        """One more key or array item; a one-line error past the document's limit."""
+        self.values += 1
+        if self.values > self.max_values:
+            raise self.fail(pos, f"more than {self.max_values:,} keys and array items in one document "
+                                 "(the limit for this kind of file)", path or "/",
+                            "harness recipes and records hold far fewer; use the file as it was written")
 
     def fail(self, pos: int, message: str, path: str = "", fix: str | None = None) -> HarnessError:
         line = _line_of(self.text, pos)
@@ -173,11 +216,16 @@ class _Parser:
             if key in first_seen:
                 raise HarnessError(
                     f"line {_line_of(self.text, key_pos)}: duplicate key '{key}' "
-                    f"(first defined on line {first_seen[key]}) [duplicate-key]",
+                    f"(first defined on line {_line_of(self.text, first_seen[key])}) [duplicate-key]",
                     file=self.file, key_path=key_path, fix="keep one definition of the key",
                     exit_code=1,
                 )
-            first_seen[key] = _line_of(self.text, key_pos)
+            first_seen[key] = key_pos
+            if len(first_seen) > self.max_object_keys:
+                raise self.fail(key_pos, f"object has more than {self.max_object_keys:,} keys (the limit for this "
+                                         "kind of file)", path or "/",
+                                "remove keys: harness recipes and records hold a few dozen per object")
+            self.count(key_pos, key_path)
             pos = self.skip(pos)
             if pos >= len(self.text) or self.text[pos] != ":":
                 raise self.fail(pos, "expected ':' after key", key_path)
@@ -196,6 +244,7 @@ class _Parser:
         if pos < len(self.text) and self.text[pos] == "]":
             return out, pos + 1
         while True:
+            self.count(pos, path)
             item, pos = self.value(pos, _join(path, len(out)))
             out.append(item)
             pos = self.skip(pos)
@@ -207,9 +256,11 @@ class _Parser:
             raise self.fail(pos, "expected ',' or ']'", path, "separate items with commas")
 
 
-def loads_strict(text: str, file: str = "<string>") -> Any:
-    """Parse JSON text strictly (see module docstring)."""
-    parser = _Parser(text, file)
+def loads_strict(text: str, file: str = "<string>", *, max_object_keys: int = MAX_OBJECT_KEYS,
+                 max_values: int = MAX_VALUES) -> Any:
+    """Parse JSON text strictly (see module docstring); at most ``max_object_keys`` keys in one object and
+    ``max_values`` keys and array items in all."""
+    parser = _Parser(text, file, max_object_keys, max_values)
     try:
         value, pos = parser.value(0, "")
     except RecursionError:
@@ -220,10 +271,12 @@ def loads_strict(text: str, file: str = "<string>") -> Any:
     return value
 
 
-def load_json_strict(path: str | os.PathLike[str], limit: int = JSON_LIMIT, *, follow_symlinks: bool = True) -> Any:
+def load_json_strict(path: str | os.PathLike[str], limit: int = JSON_LIMIT, *, follow_symlinks: bool = True,
+                     max_object_keys: int = MAX_OBJECT_KEYS, max_values: int = MAX_VALUES) -> Any:
     """Read and strictly parse a JSON file (regular, at most ``limit`` bytes, UTF-8): a one-line error otherwise."""
     p = Path(path)
-    return loads_strict(read_text_limited(p, limit, what="JSON file", follow_symlinks=follow_symlinks), str(p))
+    return loads_strict(read_text_limited(p, limit, what="JSON file", follow_symlinks=follow_symlinks), str(p),
+                        max_object_keys=max_object_keys, max_values=max_values)
 
 
 def dumps(obj: Any) -> str:

@@ -13,12 +13,20 @@ Sharded tensors (FSDP2's ``DTensor``) are stored as this rank's local shard. :fu
 returns them as :class:`Shard`; :func:`restore_like` turns the loaded tree back into the live
 layout using a template (the state dict of the model being resumed): shapes and dtypes must
 match, else a one-line error.
+
+:func:`safetensors_index` checks a safetensors file that came from elsewhere (a checkpoint, the
+warm-start cache, a model directory) before the native loader sees it: the 8-byte header length
+within ``SAFETENSORS_HEADER_LIMIT`` and the file, the header read by the strict JSON reader, every
+tensor's dtype, shape and offsets inside the file, their byte counts equal to shape x item size, the
+tensors back to back over the whole data section. Only the header is read.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +34,120 @@ from typing import Any
 import torch
 
 from harness.errors import HarnessError
-from harness.jsonio import MiB, dumps, load_json_strict
+from harness.jsonio import TENSOR_INDEX_KEYS, MiB, dumps, load_json_strict, loads_strict, open_regular
 
 FORMAT = "harness-state/1"
 TREE_LIMIT = 256 * MiB
+SAFETENSORS_HEADER_LIMIT = 16 * MiB  # ~100 bytes a tensor: 160,000 tensors in one file
+MAX_DIMS = 64  # dimensions of one tensor (torch's own limit)
+# bytes per element of each safetensors dtype the harness reads (safetensors.torch's table)
+DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E4M3FNUZ": 1, "F8_E5M2": 1, "F8_E5M2FNUZ": 1,
+               "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8,
+               "F64": 8, "C64": 8}
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor of a safetensors header: dtype, shape and byte range within the data section."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+
+def _split_header(size: int, read: Callable[[int, int], bytes], what: str, name: str) -> tuple[bytes, int]:
+    """The JSON header of a safetensors file of ``size`` bytes (``read(n, offset)``) and its data section's size."""
+    head = read(8, 0) if size >= 8 else b""
+    if len(head) < 8:
+        raise HarnessError(f"{what} of {size} bytes is shorter than the 8-byte safetensors header length", file=name)
+    n = int.from_bytes(head, "little")
+    if n > SAFETENSORS_HEADER_LIMIT:
+        raise HarnessError(f"{what}: header length {n:,} bytes, over the limit of {SAFETENSORS_HEADER_LIMIT:,}",
+                           file=name)
+    if 8 + n > size:
+        raise HarnessError(f"{what}: header length {n:,} bytes runs past the end of the file ({size:,} bytes)",
+                           file=name)
+    header = read(n, 8)
+    if len(header) != n:
+        raise HarnessError(f"{what} changed while being read", file=name)
+    return header, size - 8 - n
+
+
+def _header_bytes(source: Path | bytes, what: str) -> tuple[bytes, int]:
+    """:func:`_split_header` of a buffer, or of a file (only its first 8 + n bytes are read)."""
+    if isinstance(source, bytes):
+        return _split_header(len(source), lambda n, off: source[off:off + n], what, "<bytes>")
+    fd, st = open_regular(source, what=what)
+    try:
+        return _split_header(st.st_size, lambda n, off: os.pread(fd, n, off), what, str(source))
+    except OSError as err:
+        raise HarnessError(f"cannot read ({err.strerror})", file=str(source)) from None
+    finally:
+        os.close(fd)
+
+
+def safetensors_index(source: Path | bytes, *, what: str = "safetensors file", fix: str,
+                      name: str | None = None) -> tuple[dict[str, TensorEntry], dict[str, str]]:
+    """Tensors and metadata of a safetensors file (a path: only its header is read) or buffer, checked.
+
+    Anything the native loader could choke on, allocate for or read past is a one-line
+    :class:`HarnessError` naming ``name`` (default: the path), the header key and ``fix``.
+    """
+    where = name or ("<bytes>" if isinstance(source, bytes) else str(source))
+    try:
+        raw, data_len = _header_bytes(source, what)
+    except HarnessError as err:
+        raise HarnessError(err.message, file=where, fix=fix) from None
+
+    def bad(message: str, key: str | None = None) -> HarnessError:
+        return HarnessError(f"{what}: {message}", file=where, key_path=key, fix=fix)
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad("the safetensors header is not UTF-8") from None
+    try:
+        doc = loads_strict(text, f"{where} (header)", max_object_keys=TENSOR_INDEX_KEYS,
+                           max_values=8 * TENSOR_INDEX_KEYS)
+    except HarnessError as err:
+        raise bad(f"unreadable safetensors header: {err.message}", err.key_path) from None
+    if not isinstance(doc, dict):
+        raise bad("the safetensors header is not a JSON object")
+    meta = doc.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise bad("__metadata__ must map strings to strings", "/__metadata__")
+    out: dict[str, TensorEntry] = {}
+    for key, entry in doc.items():
+        ptr = "/" + key.replace("~", "~0").replace("/", "~1")
+        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+            raise bad("a tensor entry needs exactly dtype, shape and data_offsets", ptr)
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if dtype not in DTYPE_BYTES:
+            raise bad(f"dtype {dtype!r} is not one the harness reads ({', '.join(DTYPE_BYTES)})", ptr + "/dtype")
+        if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise bad(f"shape must be a list of at most {MAX_DIMS} non-negative integers", ptr + "/shape")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(
+                isinstance(o, int) and not isinstance(o, bool) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+            raise bad("data_offsets must be [begin, end] with 0 <= begin <= end", ptr + "/data_offsets")
+        if offsets[1] > data_len:
+            raise bad(f"data_offsets {offsets} run past the end of the data ({data_len:,} bytes)",
+                      ptr + "/data_offsets")
+        nbytes = math.prod(shape) * DTYPE_BYTES[dtype]
+        if nbytes != offsets[1] - offsets[0]:
+            raise bad(f"{dtype} {shape} is {nbytes:,} bytes but data_offsets {offsets} hold "
+                      f"{offsets[1] - offsets[0]:,}", ptr + "/data_offsets")
+        out[key] = TensorEntry(dtype, tuple(shape), offsets[0], offsets[1])
+    pos = 0
+    for key, e in sorted(out.items(), key=lambda kv: (kv[1].begin, kv[1].end)):
+        if e.begin != pos:
+            raise bad(f"tensors are not back to back: {key!r} starts at byte {e.begin:,}, expected {pos:,}",
+                      "/" + key.replace("~", "~0").replace("/", "~1") + "/data_offsets")
+        pos = e.end
+    if pos != data_len:
+        raise bad(f"the tensors cover {pos:,} of the {data_len:,} data bytes")
+    return out, dict(meta)
 
 
 @dataclass(frozen=True)
@@ -154,9 +272,11 @@ def load_state(stem: Path) -> Any:
     st_path, js_path = stem.with_name(stem.name + ".safetensors"), stem.with_name(stem.name + ".json")
     for p in (js_path, st_path):
         check_regular(p)
-    doc = load_json_strict(js_path, TREE_LIMIT, follow_symlinks=False)
+    doc = load_json_strict(js_path, TREE_LIMIT, follow_symlinks=False, max_object_keys=TENSOR_INDEX_KEYS,
+                           max_values=8 * TENSOR_INDEX_KEYS)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or "tree" not in doc:
         raise _bad(js_path, f"not a {FORMAT} file")
+    safetensors_index(st_path, what="corrupt training state", fix="resume from another checkpoint, or start a new run")
     try:
         with safe_open(str(st_path), framework="pt", device="cpu") as tensors:
             if (tensors.metadata() or {}).get("format") != FORMAT:

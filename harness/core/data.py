@@ -24,6 +24,7 @@ import torch
 from PIL import Image
 
 from harness.core import tokenizer as tk
+from harness.core.spec import MAX_EXAMPLES
 from harness.core.tasks import (
     INSTRUCTION,
     Example,
@@ -90,6 +91,40 @@ def build_synthetic(tasks: list[str], size: int, seed: int, split: str, image_si
 DATA_LIMIT = 1 << 30  # bytes of one data file
 IMAGE_FILE_LIMIT = 64 << 20  # bytes of one image file
 IMAGE_PIXEL_LIMIT = 4096 * 4096  # pixels of one image (checked from the header, before decoding)
+# A compressed, dictionary-encoded parquet file of a few KB can hold 10^7 rows, so its footer is checked before
+# any data is read, and the decoded batches are counted as they come. (geo3k: 2,101 rows, 6 columns.)
+MAX_ROWS = MAX_EXAMPLES  # rows of one data file (jsonl: lines), as many as a synthetic set may have
+MAX_COLUMNS = 1024  # leaf columns of a parquet file
+MAX_ROW_GROUPS = 65_536
+MAX_DECODED = 4 << 30  # bytes of the decoded column data (the footer's uncompressed sizes, then the batches')
+ROWS_FIX = "use a smaller data file (split it, or keep the rows the run needs)"
+
+
+def _parquet_rows(data: bytes, path: Path) -> list[dict[str, Any]]:
+    """The rows of a parquet file, its footer checked against the limits before any column is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(pa.BufferReader(data))
+    md = pf.metadata
+    for count, limit, what in ((md.num_rows, MAX_ROWS, "rows"), (md.num_columns, MAX_COLUMNS, "columns"),
+                               (md.num_row_groups, MAX_ROW_GROUPS, "row groups")):
+        if count > limit:
+            raise HarnessError(f"parquet file has {count:,} {what}, over the limit of {limit:,}", file=str(path),
+                               fix=ROWS_FIX)
+    declared = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    if declared > MAX_DECODED:
+        raise HarnessError(f"parquet file decodes to {declared:,} bytes, over the limit of {MAX_DECODED:,}",
+                           file=str(path), fix=ROWS_FIX)
+    rows: list[dict[str, Any]] = []
+    decoded = 0
+    for batch in pf.iter_batches(batch_size=1024):  # the footer may understate: count what really comes
+        decoded += batch.nbytes
+        if decoded > MAX_DECODED or len(rows) + batch.num_rows > MAX_ROWS:
+            raise HarnessError(f"parquet file holds more than its footer says (over {MAX_ROWS:,} rows or "
+                               f"{MAX_DECODED:,} decoded bytes)", file=str(path), fix=ROWS_FIX)
+        rows.extend(batch.to_pylist())
+    return rows
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
@@ -99,10 +134,11 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     data = read_bytes_limited(path, DATA_LIMIT, what="data file")
     try:
         if suffix == ".parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            return pq.read_table(pa.BufferReader(data)).to_pylist()
+            return _parquet_rows(data, path)
+        lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+        if lines > MAX_ROWS:
+            raise HarnessError(f"jsonl file has {lines:,} lines, over the limit of {MAX_ROWS:,}", file=str(path),
+                               fix=ROWS_FIX)
         rows = []
         for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
             if line.strip():

@@ -23,6 +23,8 @@ from torch import Tensor
 
 from harness.core.spec import Recipe, TextArch
 from harness.errors import HarnessError
+from harness.jsonio import TENSOR_INDEX_KEYS, MiB, load_json_strict
+from harness.statefile import safetensors_index
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -140,6 +142,79 @@ def count_params(model: torch.nn.Module) -> tuple[int, int]:
     return total, int(active)
 
 
+# What a local config.json must agree on with the recipe's model.architecture: every size that decides the
+# weights' shapes and the memory the pre-flight estimated (recipe field -> transformers config field).
+TEXT_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+               "intermediate_size", "vocab_size", "tie_word_embeddings")
+MOE_FIELDS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step")
+VISION_FIELDS = ("depth", "hidden_size", "intermediate_size", "num_heads", "patch_size", "temporal_patch_size",
+                 "spatial_merge_size", "out_hidden_size", "num_position_embeddings", "in_channels")
+MODEL_JSON_LIMIT = 16 * MiB  # config.json, generation_config.json, the shard index
+WEIGHTS_FIX = "save the model with save_pretrained(safe_serialization=True)"
+
+
+def _mismatch(cfg_file: Path, key: str, value: Any, recipe_key: str, want: Any) -> HarnessError:
+    name = key.rsplit("/", 1)[-1]
+    return HarnessError(f"{name} {value!r} but the recipe's {recipe_key} is {want!r}", file=str(cfg_file),
+                        key_path=key, fix="point model.path at weights of the architecture the recipe describes, "
+                                          "or describe that model in model.architecture")
+
+
+def check_model_dir(cfg: Recipe, path: Path) -> Any:
+    """The transformers config of a local model directory, checked before any weight is read or built.
+
+    ``config.json`` (strict JSON) must be of the recipe's family and agree with ``model.architecture`` on every
+    size (the memory pre-flight estimated the recipe's); each ``*.safetensors`` file (and a shard index) must
+    pass :func:`harness.statefile.safetensors_index`. Any departure is a one-line error.
+    """
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise HarnessError("model directory not found or has no config.json", file=str(path),
+                           key_path="/model/path", fix="point model.path at a local directory saved with "
+                           "save_pretrained (config.json + *.safetensors), or set it to null for random init")
+    doc = load_json_strict(cfg_file, MODEL_JSON_LIMIT)
+    if not isinstance(doc, dict):
+        raise HarnessError("config.json is not a JSON object", file=str(cfg_file), fix=WEIGHTS_FIX)
+    family = cfg.model.family
+    if doc.get("model_type") != family:
+        raise HarnessError(f"model_type {doc.get('model_type')!r} but the recipe's model.family is {family!r}",
+                           file=str(cfg_file), key_path="/model_type",
+                           fix="point model.path at a model of the recipe's family, or change model.family")
+    try:
+        config = _model_class(family).config_class.from_dict(doc)
+    except Exception as err:  # noqa: BLE001 - a foreign config transformers cannot read: one line
+        raise HarnessError(f"config.json cannot be read as a {family} config ({type(err).__name__}: "
+                           f"{str(err).splitlines()[0] if str(err) else ''})", file=str(cfg_file), fix=WEIGHTS_FIX
+                           ) from None
+    arch = cfg.model.architecture
+    text_cfg, text_key = (config.text_config, "/text_config/") if family == "qwen3_vl_moe" else (config, "/")
+    checks: list[tuple[Any, str, str, Any]] = []
+    for name in TEXT_FIELDS:
+        src = config if name == "tie_word_embeddings" else text_cfg
+        checks.append((src, ("/" if src is config else text_key) + name, f"model.architecture.text.{name}",
+                       getattr(arch.text, name)))
+    if arch.text.moe is not None:
+        checks += [(text_cfg, text_key + n, f"model.architecture.text.moe.{n}", getattr(arch.text.moe, n))
+                   for n in MOE_FIELDS]
+    if arch.vision is not None:
+        checks += [(config.vision_config, "/vision_config/" + n, f"model.architecture.vision.{n}",
+                    getattr(arch.vision, n)) for n in VISION_FIELDS]
+    for src, key, recipe_key, want in checks:
+        value = getattr(src, key.rsplit("/", 1)[-1], None)
+        if value != want:
+            raise _mismatch(cfg_file, key, value, recipe_key, want)
+    for extra in ("generation_config.json", "model.safetensors.index.json"):
+        if (path / extra).exists():
+            load_json_strict(path / extra, MODEL_JSON_LIMIT, max_object_keys=TENSOR_INDEX_KEYS)
+    weights = sorted(p for p in path.iterdir() if p.name.endswith(".safetensors"))
+    if not weights:
+        raise HarnessError("model directory has no *.safetensors weights", file=str(path), key_path="/model/path",
+                           fix=WEIGHTS_FIX)
+    for w in weights:
+        safetensors_index(w, what="model weights", fix=WEIGHTS_FIX)
+    return config
+
+
 def build_models(cfg: Recipe, token_ids: dict[str, int], device: torch.device, seed: int,
                  with_ref: bool) -> BuiltModel:
     """Actor (trainable) and frozen reference copy, in the recipe's dtype, on ``device``."""
@@ -153,17 +228,14 @@ def build_models(cfg: Recipe, token_ids: dict[str, int], device: torch.device, s
     cls = _model_class(model_cfg.family)
     if model_cfg.path:
         path = Path(model_cfg.path).expanduser()
-        if not (path / "config.json").is_file():
-            raise HarnessError("model directory not found or has no config.json", file=str(path),
-                               key_path="/model/path", fix="point model.path at a local directory saved with "
-                               "save_pretrained (config.json + *.safetensors), or set it to null for random init")
+        config = check_model_dir(cfg, path)
         try:
-            actor = cls.from_pretrained(path, local_files_only=True, trust_remote_code=False, dtype=dtype,
-                                        attn_implementation=attn, use_safetensors=True)
-        except (OSError, ValueError) as err:
-            raise HarnessError(f"cannot load weights: {str(err).splitlines()[0]}", file=str(path),
-                               key_path="/model/path", fix="save the model with save_pretrained(safe_serialization=True)"
-                               ) from None
+            actor = cls.from_pretrained(path, config=config, local_files_only=True, trust_remote_code=False,
+                                        dtype=dtype, attn_implementation=attn, use_safetensors=True)
+        except Exception as err:  # noqa: BLE001 - SafetensorError, OSError, shape errors...: one line, never a traceback
+            first = str(err).splitlines()[0] if str(err) else ""
+            raise HarnessError(f"cannot load weights ({type(err).__name__}: {first})", file=str(path),
+                               key_path="/model/path", fix=WEIGHTS_FIX) from None
     else:
         config = build_config(cfg, token_ids)
         config._attn_implementation = attn  # noqa: SLF001 - transformers' documented way before init

@@ -9,15 +9,23 @@ advantages, losses, gradient norm and the update are computed by the candidate f
 baseline's weights, tokens and rewards. Sampling chaos (and the warm start's own drift) is taken
 out, so what is compared is "does this machine / kernel / version train the same".
 
-Files are numpy ``.npz`` archives read with ``allow_pickle=False`` (no code can ride along): a
-regular file of bounded size, read once, its SHA-256 checked against the baseline that names it
-before those same bytes are parsed.
+Files are numpy ``.npz`` archives, and every one is read through :func:`load_npz_checked` (no
+code can ride along, nothing is decompressed unchecked): a regular file of bounded size, read once
+(a baseline's: its SHA-256 checked against the baseline that names it before those same bytes are
+parsed); then, from the zip directory and each member's ``.npy`` header alone, before any array
+data is decompressed: the member names the caller expects, no encryption, plain numeric or text
+dtypes (no object, structured or sub-array dtype), each member's size equal to its header plus
+shape x item size, and the decompressed total within ``MAX_DECOMPRESSED``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import math
+import re
+import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +38,9 @@ from harness.jsonio import read_bytes_limited, write_bytes_atomic
 
 FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "group_ids", "scores", "acc", "format")
 MAX_BYTES = 512 * 1024 * 1024  # a rollouts archive larger than this is refused unread
+MAX_DECOMPRESSED = 2 << 30  # its arrays, decompressed (an initial policy at REPLAY_MAX_PARAMS is 256 MB)
+MAX_MEMBERS = 200_000  # arrays in one archive (a smoke baseline holds ~400)
+NPY_KINDS = "biufU"  # bool, integers, floats, unicode text (group ids)
 STEP_DIR = "rollouts"
 
 
@@ -87,11 +98,97 @@ def save_step(run_dir: Path, step: int, rb: Any, rewards: dict[str, torch.Tensor
     _atomic_npz(step_file(run_dir, step), rollout_arrays(rb, rewards))
 
 
-def _load_npz(path: Path, data: bytes | None = None) -> dict[str, np.ndarray]:
-    """Arrays of an .npz, never unpickled (object arrays are refused by numpy); ``data``: its bytes, read once."""
-    raw = data if data is not None else read_bytes_limited(path, MAX_BYTES, what="rollouts archive")
-    with np.load(io.BytesIO(raw), allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+def load_npz_checked(source: Path | bytes, *, what: str, fix: str,
+                     expect: Callable[[str], bool] | None = None, name: str | None = None) -> dict[str, np.ndarray]:
+    """The arrays of a foreign ``.npz`` (a path, or its bytes already read), checked before any data is read.
+
+    ``expect(key)`` says whether an array name belongs in this archive. Every refusal is one line naming
+    ``name`` (default: the path), the member and ``fix``.
+    """
+    where = name or str(source if not isinstance(source, bytes) else "<bytes>")
+    raw = source if isinstance(source, bytes) else read_bytes_limited(source, MAX_BYTES, what=what)
+
+    def bad(message: str, key: str | None = None) -> HarnessError:
+        return HarnessError(f"{what}: {message}", file=where, key_path=key, fix=fix)
+
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(raw))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as err:
+        raise bad(f"not a readable .npz archive ({err})") from None
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > MAX_MEMBERS:
+            raise bad(f"{len(infos):,} members, over the limit of {MAX_MEMBERS:,}")
+        seen: set[str] = set()
+        total = 0
+        for info in infos:
+            key = info.filename[:-4] if info.filename.endswith(".npy") else None
+            if key is None or key in seen or (expect is not None and not expect(key)):
+                why = "is not a .npy array" if key is None else "appears twice" if key in seen else "is not expected here"
+                raise bad(f"member {info.filename!r} {why}", info.filename)
+            seen.add(key)
+            if info.flag_bits & 0x1 or info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise bad(f"member {info.filename!r} is encrypted or compressed with method {info.compress_type} "
+                          "(numpy writes stored or deflated members)", info.filename)
+            total += info.file_size
+            if total > MAX_DECOMPRESSED:
+                raise bad(f"the arrays decompress to more than {MAX_DECOMPRESSED:,} bytes (the limit)", info.filename)
+            _check_npy_header(zf, info, bad)
+        out: dict[str, np.ndarray] = {}
+        for info in infos:
+            try:
+                with zf.open(info) as fp:
+                    out[info.filename[:-4]] = np.lib.format.read_array(fp, allow_pickle=False)
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # a CRC or length mismatch included
+                raise bad(f"member {info.filename!r} is unreadable ({err})", info.filename) from None
+        return out
+
+
+def _check_npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, bad: Callable[..., HarnessError]) -> None:
+    """One member's ``.npy`` header: a plain dtype, and exactly header + shape x item size bytes (no data read)."""
+    try:
+        with zf.open(info) as fp:
+            version = np.lib.format.read_magic(fp)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
+            else:
+                raise ValueError(f".npy format version {version} (numpy writes 1.0 or 2.0 for plain arrays)")
+            header_len = fp.tell()
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        raise bad(f"member {info.filename!r} has no readable .npy header ({err})", info.filename) from None
+    if dtype.hasobject or dtype.kind not in NPY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise bad(f"member {info.filename!r} has dtype {dtype.str!r}; only plain numeric or text arrays are read",
+                  info.filename)
+    if any(d < 0 for d in shape):
+        raise bad(f"member {info.filename!r} has a negative dimension in its shape {tuple(shape)}", info.filename)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if header_len + nbytes != info.file_size:
+        raise bad(f"member {info.filename!r}: {dtype.str} {tuple(shape)} is {nbytes:,} bytes but the member holds "
+                  f"{info.file_size - header_len:,}", info.filename)
+
+
+def _is_field(key: str) -> bool:
+    return key in FIELDS
+
+
+def _is_any(key: str) -> bool:
+    return bool(key)
+
+
+def baseline_keys(steps: int) -> Callable[[str], bool]:
+    """The array names of a baseline's archive: ``initial/<parameter>`` and ``<step>/<field>``, step <= ``steps``."""
+    def ok(key: str) -> bool:
+        head, _, tail = key.partition("/")
+        if head == INITIAL:
+            return bool(tail)
+        return re.fullmatch(r"[1-9][0-9]{0,8}", head) is not None and int(head) <= steps and tail in FIELDS
+
+    return ok
+
+
+RECORD_FIX = "record the baseline from a run made by this version of the harness"
 
 
 def pack(run_dir: Path, steps: int, out: Path) -> str:
@@ -101,14 +198,15 @@ def pack(run_dir: Path, steps: int, out: Path) -> str:
     if not initial.is_file():
         raise HarnessError("the run has no recorded initial policy", file=str(initial),
                            fix="record the baseline from a run made by this version of the harness")
-    for key, value in _load_npz(initial).items():
+    for key, value in load_npz_checked(initial, what="recorded initial policy", fix=RECORD_FIX,
+                                       expect=_is_any).items():
         arrays[f"{INITIAL}/{key}"] = value
     for step in range(1, steps + 1):
         f = step_file(run_dir, step)
         if not f.is_file():
             raise HarnessError(f"the run has no recorded rollout for step {step}", file=str(f),
                                fix="record the baseline from a run made by this version of the harness")
-        for key, value in _load_npz(f).items():
+        for key, value in load_npz_checked(f, what="recorded rollout", fix=RECORD_FIX, expect=_is_field).items():
             arrays[f"{step}/{key}"] = value
     return _atomic_npz(out, arrays)
 
@@ -128,11 +226,8 @@ class ReplaySource:
         if hashlib.sha256(data).hexdigest() != sha256:
             raise HarnessError("recorded rollouts do not match the SHA-256 the baseline names", file=str(path),
                                fix="restore the file recorded with the baseline (it was changed or replaced)")
-        try:
-            arrays = _load_npz(path, data)
-        except (ValueError, OSError) as err:
-            raise HarnessError(f"recorded rollouts are unreadable: {err}", file=str(path),
-                               fix="re-record the baseline") from None
+        arrays = load_npz_checked(data, what="recorded rollouts", fix="re-record the baseline",
+                                  expect=baseline_keys(steps), name=str(path))
         for step in range(1, steps + 1):
             missing = [f for f in FIELDS if f"{step}/{f}" not in arrays]
             if missing:

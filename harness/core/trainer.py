@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -32,7 +33,7 @@ from harness.core.device import (
     synchronize,
 )
 from harness.core.lean_norm import use_lean_norms
-from harness.core.models import BuiltModel, banned_bias, build_models
+from harness.core.models import BuiltModel, banned_bias, build_models, check_model_dir
 from harness.core.replay import ReplaySource, replayed_batch
 from harness.core.reward import get_reward
 from harness.core.rollout import RolloutBatch, draw_uniforms, generate
@@ -88,6 +89,8 @@ class GRPOTrainer:
 
     def __init__(self, cfg: Recipe, *, device: torch.device, peak_tflops: float, dist: Dist | None = None,
                  warm_start_fn: Callable[[GRPOTrainer], dict[str, Any]] | None = None) -> None:
+        if cfg.model.path:  # a local model directory is checked before anything is built or read (again when loaded)
+            check_model_dir(cfg, Path(cfg.model.path).expanduser())
         self.cfg = cfg
         self.device = device
         self.dist = dist or Dist()

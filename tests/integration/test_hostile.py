@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pickle
 import shlex
 import stat
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,6 +107,82 @@ def _sparse(tmp: Path, run: Path) -> None:
         fh.truncate(2 << 30)  # 2 GiB, sparse: costs no disk
 
 
+def _keys_recipe(tmp: Path, run: Path) -> None:
+    """A recipe with an extra object of 100,000 keys (1.5 MB): parsed in quadratic time before the fix."""
+    recipe = (ROOT / "recipes" / "qwen3_1_7b.json").read_text().rstrip().rstrip("}")
+    extra = ",\n".join(f'    "key{i:06d}": {i}' for i in range(100_000))
+    (tmp / "keys.json").write_text(f'{recipe},\n  "extra": {{\n{extra}\n  }}\n}}\n')
+
+
+def _many_signatures(tmp: Path, run: Path) -> None:
+    """The published certificate with 100,000 signature entries (each an object: a key count per entry)."""
+    cert = json.loads((ROOT / "certificates" / "gpu-1x-h200" / "certificate.json").read_text())
+    cert["signatures"] = [{"keyid": f"{i:064x}", "sig": "AAAA"} for i in range(100_000)]
+    (tmp / "sigs.json").write_text(json.dumps(cert, indent=1))
+
+
+def _npz_bomb(path: Path, member: str, nbytes: int) -> None:
+    """A .npz of one deflated float32 array of ``nbytes`` zeros (zip64), ~nbytes/1000 on disk, written without
+    inflating it: the compressed block of 1 MiB of zeros, repeated (each ends in a full flush, so they chain)."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": (nbytes // 4,)})
+    head, chunk = buf.getvalue(), bytes(1 << 20)
+    deflate = [zlib.compressobj(9, zlib.DEFLATED, -15) for _ in range(2)]
+    block = deflate[0].compress(chunk) + deflate[0].flush(zlib.Z_FULL_FLUSH)
+    stream = deflate[1].compress(head) + deflate[1].flush(zlib.Z_FULL_FLUSH) + block * (nbytes >> 20) + b"\x03\x00"
+    crc = zlib.crc32(head)
+    for _ in range(nbytes >> 20):
+        crc = zlib.crc32(chunk, crc)
+    name, full = member.encode(), 0xFFFFFFFF
+    zip64 = struct.pack("<HHQQ", 1, 16, len(head) + nbytes, len(stream))
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, 0, 8, 0, 0x21, crc, full, full, len(name), len(zip64))
+    central = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, 0, 8, 0, 0x21, crc, full, full, len(name),
+                          len(zip64), 0, 0, 0, 0, 0) + name + zip64
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 1, 1, len(central), len(local) + len(name) + len(zip64)
+                      + len(stream), 0)
+    path.write_bytes(local + name + zip64 + stream + central + end)
+
+
+def _bomb_baseline(tmp: Path, run: Path) -> None:
+    """The cpu baseline, its replay archive replaced by a 4 MB file that inflates to 4 GiB."""
+    _npz_bomb(tmp / "bomb.rollouts.npz", "initial/model.embed_tokens.weight.npy", 4 << 30)
+    doc = json.loads((ROOT / "baselines" / "qwen3_1_7b" / "cpu-smoke.json").read_text())
+    doc["replay"].update(file="bomb.rollouts.npz",
+                         sha256=hashlib.sha256((tmp / "bomb.rollouts.npz").read_bytes()).hexdigest())
+    (tmp / "bomb.json").write_text(json.dumps(doc))
+
+
+def _parquet_rows(tmp: Path, run: Path) -> None:
+    """78 KB of parquet holding 10^7 identical rows (zstd + dictionary)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 10_000_000
+    zeros = pa.array(np.zeros(n, dtype=np.int32))
+    table = pa.table({"problem": pa.DictionaryArray.from_arrays(zeros, pa.array(["What is 1+1?"])),
+                      "answer": pa.DictionaryArray.from_arrays(zeros, pa.array(["2"]))})
+    pq.write_table(table, tmp / "rows10m.parquet", compression="zstd", row_group_size=n)
+    _recipe_with_data(tmp, "df", tmp / "rows10m.parquet")
+
+
+def _st_header(header: dict) -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def _model_recipe(tmp: Path, name: str, config: dict, weights: bytes) -> None:
+    """``{name}.json``: qwen3_1_7b with model.path = {tmp}/{name} holding ``config`` and ``weights``."""
+    model = tmp / name
+    model.mkdir()
+    recipe = json.loads((ROOT / "recipes" / "qwen3_1_7b.json").read_text())
+    text = {**recipe["model"]["architecture"]["text"], **recipe["scales"]["smoke"]["model"]["architecture"]["text"]}
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen3", **{k: v for k, v in text.items()
+                                                                             if v is not None}, **config}))
+    (model / "model.safetensors").write_bytes(weights)
+    recipe["name"], recipe["model"]["path"] = name, str(model)
+    (tmp / f"{name}.json").write_text(json.dumps(recipe))
+
+
 SETUPS: dict[str, Callable[[Path, Path], None]] = {
     "none": lambda tmp, run: None,
     "pickled-checkpoint": lambda tmp, run: _checkpoint(tmp, run, planted=True),
@@ -115,6 +195,15 @@ SETUPS: dict[str, Callable[[Path, Path], None]] = {
     "huge-png-recipe": _huge_png,
     "fifo-png-recipe": _fifo_png,
     "sparse-2g": _sparse,
+    "keys-recipe": _keys_recipe,
+    "many-signatures": _many_signatures,
+    "npz-bomb-baseline": _bomb_baseline,
+    "parquet-10m-rows": _parquet_rows,
+    "model-header-2e62": lambda tmp, run: _model_recipe(tmp, "mp", {}, struct.pack("<Q", 2 ** 62) + b"{}"),
+    "model-offset-2e40": lambda tmp, run: _model_recipe(tmp, "mo", {}, _st_header(
+        {"model.norm.weight": {"dtype": "F32", "shape": [2 ** 38], "data_offsets": [0, 2 ** 40]}})),
+    "model-config-68gb": lambda tmp, run: _model_recipe(tmp, "mh", {"hidden_size": 65536, "vocab_size": 10 ** 6,
+                                                                   "num_hidden_layers": 200}, b""),
 }
 
 
@@ -178,5 +267,7 @@ def test_corpus_covers_each_finding() -> None:
     names = {c[0] for c in load_cases()}
     for needed in ("pickle-in-checkpoint-resume", "docker-existing-out", "out-recipes-folder", "fifo-train-files",
                    "huge-png-image", "train-size-2e9", "compare-baseline-typo", "seed-overflow", "out-names-a-file",
-                   "set-trust-remote-code", "launcher-command-substitution"):
+                   "set-trust-remote-code", "launcher-command-substitution", "json-100k-keys",
+                   "certificate-100k-signatures", "npz-bomb-replay", "parquet-10m-rows", "safetensors-header-2e62",
+                   "safetensors-offset-2e40", "model-config-68gb"):
         assert needed in names, needed

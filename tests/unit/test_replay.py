@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
+import zipfile
+
 import numpy as np
 import pytest
 import torch
@@ -74,8 +78,75 @@ def test_pickled_arrays_are_never_loaded(tmp_path):
     """An archive holding an object array (pickle) is refused, even with a matching checksum."""
     evil = tmp_path / "evil.npz"
     np.savez(evil, **{"1/prompt_ids": np.array([object()], dtype=object)})
-    with pytest.raises(HarnessError, match="unreadable"):
+    with pytest.raises(HarnessError, match="only plain numeric or text arrays"):
         R.ReplaySource.open(evil, __import__("hashlib").sha256(evil.read_bytes()).hexdigest(), 1)
+
+
+def _open(path, steps=1):
+    return R.ReplaySource.open(path, hashlib.sha256(path.read_bytes()).hexdigest(), steps)
+
+
+def _npy_header(shape, dtype="<f4") -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def test_a_decompression_bomb_is_refused_before_any_data_is_read(tmp_path, monkeypatch):
+    """The zip directory and each member's .npy header decide: no array is decompressed past the limit."""
+    bomb = tmp_path / "bomb.npz"
+    np.savez_compressed(bomb, **{"initial/w": np.zeros(1 << 20, dtype=np.float32)})  # 4 MiB of zeros, ~4 KB
+    assert bomb.stat().st_size < 64 << 10
+    monkeypatch.setattr(R, "MAX_DECOMPRESSED", 1 << 20)
+    read = []
+    monkeypatch.setattr(np.lib.format, "read_array", lambda *a, **k: read.append(a))
+    with pytest.raises(HarnessError, match=r"decompress to more than 1,048,576 bytes") as err:
+        _open(bomb)
+    assert read == [] and "bomb.npz::initial/w.npy" in str(err.value)
+
+
+def test_npz_members_are_checked_against_their_headers_and_names(tmp_path):
+    def archive(name, members):
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+            for member, data in members:
+                zf.writestr(member, data)
+        return path
+
+    claims = archive("claims.npz", [("1/scores.npy", _npy_header((10 ** 6,)) + bytes(16))])
+    with pytest.raises(HarnessError, match=r"\(1000000,\) is 4,000,000 bytes but the member holds 16"):
+        _open(claims)
+    stray = archive("stray.npz", [("payload.npy", _npy_header((1,)) + bytes(4))])
+    with pytest.raises(HarnessError, match="'payload.npy' is not expected here"):
+        _open(stray)
+    for odd in ("7/scores", "²/acc", "0/acc", "1" * 5000 + "/acc"):
+        late = archive("late.npz", [(f"{odd}.npy", _npy_header((1,)) + bytes(4))])
+        with pytest.raises(HarnessError, match="is not expected here"):
+            _open(late, steps=2)
+    with pytest.warns(UserWarning, match="Duplicate name"):
+        twice = archive("twice.npz", [("1/acc.npy", _npy_header((1,)) + bytes(4))] * 2)
+    with pytest.raises(HarnessError, match="appears twice"):
+        _open(twice)
+    structured = archive("rec.npz", [("1/acc.npy", _npy_header((1,), [("a", "<f4")]) + bytes(4))])
+    with pytest.raises(HarnessError, match="only plain numeric or text arrays"):
+        _open(structured)
+    garbage = tmp_path / "garbage.npz"
+    garbage.write_bytes(b"PK\x03\x04 not a zip")
+    with pytest.raises(HarnessError, match="not a readable .npz archive"):
+        _open(garbage)
+
+
+def test_pack_reads_the_run_directory_through_the_same_checks(tmp_path):
+    """record-baseline packs a run directory that may come from elsewhere: its archives are checked too."""
+    run = tmp_path / "run"
+    R.save_initial(run, torch.nn.Linear(2, 2))
+    R.save_step(run, 1, *_batch(1))
+    np.savez(R.step_file(run, 1), prompt_ids=np.array([object()], dtype=object))
+    with pytest.raises(HarnessError, match="recorded rollout: member 'prompt_ids.npy' has dtype"):
+        R.pack(run, 1, tmp_path / "out.npz")
+    np.savez(R.step_file(run, 1), **{"extra": np.zeros(1)})
+    with pytest.raises(HarnessError, match="'extra.npy' is not expected here"):
+        R.pack(run, 1, tmp_path / "out.npz")
 
 
 def test_initial_policy_round_trips_and_must_fit(tmp_path):
