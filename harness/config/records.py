@@ -158,6 +158,9 @@ class WarmStartUsed(Section):
     cached: bool = field("Loaded from the cache (true) or trained now (false).")
     path: str = field("Cache file.", min_length=1)
     final_loss: float | None | SkipJsonSchema[None] = optional("Last SFT loss when trained now.")
+    weights_sha256: str | SkipJsonSchema[None] = optional(
+        "SHA-256 of the warm-start weights the run started from (every tensor's name, dtype, shape and bytes: "
+        "harness.core.warmstart.weights_sha256); absent in older manifests.", pattern=SHA256)
 
 
 class DataLoaded(Section):
@@ -365,6 +368,13 @@ class Spread(Section):
     relative_spread: float = field("Std of the per-seed values / their median.", ge=0)
 
 
+class WarmStartRef(Section):
+    key: str = field("Warm-start cache key of the primary run.", min_length=1)
+    weights_sha256: str = sha("SHA-256 of the primary run's warm-start weights: a run with the baseline's seed, "
+                              "settings and environment must start from the same (else its verdict fails and names "
+                              "the warm-start cache).")
+
+
 class RecordedRun(Section):
     """One run."""
 
@@ -400,6 +410,8 @@ class Baseline(Section):
     throughput: Throughput = field("perf/throughput over steady steps (tokens/s), per device model.")
     replay: Rollouts | SkipJsonSchema[None] = optional(
         "The primary run's initial policy and rollouts for the replay tier, and the reorder noise measured on them.")
+    warm_start: WarmStartRef | SkipJsonSchema[None] = optional(
+        "The primary run's warm start (absent: none, or a baseline recorded before warm starts were recorded).")
     memory: Spread = field("Peak perf/max_memory_allocated_gb per seed (GB).")
     runs: list[RecordedRun] = field("The recorded runs, primary first.", min_length=1)
 

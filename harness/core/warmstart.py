@@ -6,7 +6,11 @@ valid choices, so afterwards the format is right and accuracy is at chance: GRPO
 learn the task. The result is cached under the hash of everything that produced it, the core's source included:
 ``<key>.safetensors`` (the weights; no pickle) and ``<key>.json`` (key, SHA-256 of the weights file, SFT losses),
 both written atomically under random temporary names. A cache entry is used only when its digest and every tensor's
-name, shape and dtype match; anything else is reported in one line and trained again.
+name, shape and dtype match, its safetensors header passes :func:`harness.statefile.safetensors_index` and tied
+tensors (the embedding and an output head that shares it) hold the same values; anything else is reported in one
+line and trained again. The digest in ``<key>.json`` only catches accidents (whoever plants weights rewrites it), so
+the run's manifest records :func:`weights_sha256` of the weights it started from, a baseline keeps its primary
+run's, and a verdict with an unchanged environment fails a run whose warm start differs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from harness.core.rollout import RolloutBatch
 from harness.core.update import sequence_logprobs
 from harness.errors import HarnessError
 from harness.jsonio import MiB, load_json_strict, read_bytes_limited, write_bytes_atomic, write_json_atomic
+from harness.statefile import safetensors_index
 
 CACHE_LIMIT = 4096 * MiB  # a warm start is for models small enough to train it on the spot
 
@@ -68,26 +73,57 @@ def cache_key(tr: GRPOTrainer) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:24]
 
 
+REPLACED = "it is replaced by a fresh warm start"
+
+
+def weights_sha256(model: torch.nn.Module) -> str:
+    """SHA-256 of a model's weights: every state-dict entry's name, dtype, shape and bytes, in name order.
+
+    It depends on the values only (not on a file's layout or metadata), so equal weights give equal digests.
+    """
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _tied_groups(model: torch.nn.Module) -> list[list[str]]:
+    """State-dict names that share one tensor in ``model`` (a tied embedding and output head), two or more."""
+    groups: dict[tuple[int, tuple[int, ...]], list[str]] = {}
+    for name, t in model.state_dict().items():
+        if t.numel():
+            groups.setdefault((t.untyped_storage().data_ptr(), tuple(t.shape)), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
 def load_cached(model: torch.nn.Module, path: Path, key: str, device: torch.device) -> None:
-    """Load a cache entry into ``model`` after checking its digest, names, shapes and dtypes (else HarnessError)."""
+    """Load a cache entry into ``model`` after checking its digest, header, names, shapes, dtypes and tied tensors
+    (else HarnessError)."""
     from safetensors import SafetensorError
     from safetensors.torch import load
 
     meta = load_json_strict(path.with_suffix(".json"), 1 * MiB)
     data = read_bytes_limited(path, CACHE_LIMIT, what="warm-start cache file")
     if not isinstance(meta, dict) or meta.get("key") != key or meta.get("sha256") != hashlib.sha256(data).hexdigest():
-        raise HarnessError("the digest or key does not match the weights", file=str(path),
-                           fix="it is replaced by a fresh warm start")
+        raise HarnessError("the digest or key does not match the weights", file=str(path), fix=REPLACED)
+    safetensors_index(data, what="warm-start cache file", fix=REPLACED, name=str(path))
     try:
         state = load(data)
     except (SafetensorError, ValueError) as err:
-        raise HarnessError(f"unreadable ({err})", file=str(path), fix="it is replaced by a fresh warm start") from None
+        raise HarnessError(f"unreadable ({err})", file=str(path), fix=REPLACED) from None
     live = model.state_dict()
     bad = sorted(set(live) ^ set(state)) or [k for k in live if (live[k].shape, live[k].dtype) !=
                                               (state[k].shape, state[k].dtype)]
     if bad:
-        raise HarnessError(f"does not match the model (tensor {bad[0]!r})", file=str(path),
-                           fix="it is replaced by a fresh warm start")
+        raise HarnessError(f"does not match the model (tensor {bad[0]!r})", file=str(path), fix=REPLACED)
+    for names in _tied_groups(model):
+        first = state[names[0]]
+        differ = [n for n in names[1:] if not torch.equal(state[n], first)]
+        if differ:
+            raise HarnessError(f"tensors {names[0]!r} and {differ[0]!r} are tied in the model but hold different "
+                               "values here (loading would keep one of them silently)", file=str(path), fix=REPLACED)
     model.load_state_dict({k: v.to(device) for k, v in state.items()})
 
 
@@ -120,7 +156,7 @@ def run_warm_start(tr: GRPOTrainer) -> dict[str, Any]:
     if path.exists() or path.with_suffix(".json").exists():
         try:
             load_cached(model, path, key, tr.device)
-            return {"key": key, "cached": True, "path": str(path)}
+            return {"key": key, "cached": True, "path": str(path), "weights_sha256": weights_sha256(model)}
         except HarnessError as err:
             sys.stderr.write(f"notice: warm-start cache entry not used, training it again: {err.one_line()}\n")
     rng = np.random.default_rng([tr.seed, 7])
@@ -145,4 +181,5 @@ def run_warm_start(tr: GRPOTrainer) -> dict[str, Any]:
     write_bytes_atomic(path, data)
     write_json_atomic(path.with_suffix(".json"), {"key": key, "sha256": hashlib.sha256(data).hexdigest(),
                                                   "losses": losses})
-    return {"key": key, "cached": False, "path": str(path), "final_loss": losses[-1] if losses else None}
+    return {"key": key, "cached": False, "path": str(path), "weights_sha256": weights_sha256(model),
+            "final_loss": losses[-1] if losses else None}

@@ -306,6 +306,9 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any]
     env = summary(prim)
     mem_peaks = [max(s[mem["metric"]].values()) for s in all_series if s.get(mem["metric"])]
     res_cfg = prim["resolved_config"]
+    ws = prim.get("warm_start") or {}
+    warm = {"warm_start": {"key": ws["key"], "weights_sha256": ws["weights_sha256"]}} if ws.get("weights_sha256") \
+        else {}
     return {
         "schema_version": 2,
         "recipe": {"name": prim["recipe"]["name"], "hash": prim["recipe"]["hash"],
@@ -323,4 +326,5 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any]
                    "relative_spread": rel_spread(mem_peaks)},
         "runs": [{"seed": m["seed"], "run_dir": str(d), "metrics_sha256": file_sha256(d / "metrics.jsonl")}
                  for d, m in zip(run_dirs, manifests)],
+        **warm,
     }

@@ -108,6 +108,38 @@ class _Refusal(Exception):
     pass
 
 
+WARM_START = "warm start"  # how a verdict's reason about the warm-start weights begins
+
+
+def warm_start_finding(manifest: dict[str, Any], baseline: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(reason, notice) about the run's warm-start weights against the baseline primary run's.
+
+    With the baseline's environment, seed and settings the warm start is the same bits, so a different digest
+    is a finding (the cache entry was changed or planted, or the warm start trains differently now); where
+    anything else differs it is expected and only noted.
+    """
+    ref, ws = baseline.get("warm_start"), manifest.get("warm_start")
+    if not ref or not ws or manifest.get("replay"):
+        return None, None
+    digest = ws.get("weights_sha256")
+    if digest is None:
+        return None, f"{WARM_START} not compared: the run's manifest does not record its weights' digest"
+    if digest == ref["weights_sha256"]:
+        return None, None
+    where = (f"loaded from the warm-start cache entry {ws['path']}" if ws.get("cached")
+             else f"trained now into {ws['path']}")
+    text = (f"{WARM_START}: the run's warm-start weights (sha256 {digest[:12]}, {where}) differ from the "
+            f"baseline's ({ref['weights_sha256'][:12]})")
+    moved = [c.text() for c in environment_changes(manifest, baseline) if c.blocks_exact] \
+        + run_differences(manifest, baseline)
+    if moved:
+        return None, f"{text}, as expected where the run differs ({'; '.join(moved)})"
+    fix = (f"delete {ws['path']} and its .json (or set HARNESS_CACHE to an empty directory) and run again"
+           if ws.get("cached") else "the warm start trains to other weights than when the baseline was recorded: "
+                                    "re-record the baseline if that is intended")
+    return f"{text} although the environment, seed and settings are the baseline's (fix: {fix})", None
+
+
 def _add_candidates(v: Verdict, ctx: Context, run_dir: Path, manifest: dict[str, Any],
                     baseline: dict[str, Any]) -> None:
     """Judge the run with its candidate runs (other seeds, :mod:`harness.judge.candidates`); say when the
@@ -231,6 +263,7 @@ class Verdict:
             where = (f" from step {first}, worst at step {e.step}" if first is not None
                      else f" at step {e.step}" if per_step else "")
             parts.append(f"first failure: {e.group} {e.metric}{where} ({fmt(e.run_value)} vs {fmt(e.ref_value)})")
+        parts += [r.split(" (fix:")[0] for r in self.reasons if r.startswith(WARM_START + ":")]
         if self.fault_injection:
             parts.append("fault injected: " + ",".join(f"{k}={v}" for k, v in self.fault_injection.items()))
         if self.overrides:
@@ -381,6 +414,9 @@ def _judge(run_dir: Path, baseline_path: Path | None, forced: str | None) -> Ver
     if v.tier == "statistical":
         _add_probe(v, ctx, run_dir, manifest, baseline)
     v.reasons = failure_reasons(v.checks)
+    warm_reason, warm_notice = warm_start_finding(manifest, baseline)
+    v.reasons += [warm_reason] if warm_reason else []
+    v.notices += [warm_notice] if warm_notice else []
     if v.tier == "exact" and any(c.group == "exact" and not c.passed for c in v.checks):
         diff = run_differences(manifest, baseline)
         if diff:

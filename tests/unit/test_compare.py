@@ -206,6 +206,49 @@ def test_a_run_that_reproduces_the_bits_is_exact_whatever_the_environment(tmp_pa
     assert C.judge(run, None, baseline_path=baseline, tier="statistical").tier == "statistical"
 
 
+def _warm(digest: str, cached: bool) -> dict:
+    return {"key": "k" * 24, "cached": cached, "path": "/cache/warm_start/" + "k" * 24 + ".safetensors",
+            "weights_sha256": digest}
+
+
+def test_a_warm_start_other_than_the_baselines_fails_and_names_the_cache(tmp_path, manifest):
+    """A planted cache entry (same key, other weights): the exact and the band tier, and the summary, name it."""
+    m = copy.deepcopy(manifest)
+    m["warm_start"] = _warm("a" * 64, cached=False)
+    baseline, primary = _recorded(tmp_path, m)
+    assert json.loads(baseline.read_text())["warm_start"] == {"key": "k" * 24, "weights_sha256": "a" * 64}
+    run = tmp_path / "planted"
+    run.mkdir()
+    m["warm_start"] = _warm("b" * 64, cached=True)
+    write_json_atomic(run / "manifest.json", m)
+    (run / "metrics.jsonl").write_text((primary / "metrics.jsonl").read_text())
+    for tier in (None, "band"):
+        v = C.judge(run, None, baseline_path=baseline, tier=tier)
+        assert v.status == "fail" and v.exit_code == 1, v.summary_line()
+        (reason,) = [r for r in v.reasons if r.startswith("warm start:")]
+        assert "loaded from the warm-start cache entry /cache/warm_start/" in reason and "HARNESS_CACHE" in reason
+        assert "differ from the baseline's (aaaaaaaaaaaa)" in v.summary_line()
+        assert schema_errors(json.loads((run / "verdict.json").read_text()), "verdict") == []
+    m["warm_start"] = _warm("a" * 64, cached=True)  # the same weights from the cache: nothing to say
+    write_json_atomic(run / "manifest.json", m)
+    assert C.judge(run, None, baseline_path=baseline).status == "pass"
+
+
+def test_a_different_warm_start_is_only_noted_where_the_run_differs_anyway(manifest):
+    ref = {"warm_start": {"key": "k", "weights_sha256": "a" * 64}, "primary_seed": manifest["seed"],
+           "recipe": {"config_hash": manifest["recipe"]["config_hash"]}, "environment": E.summary(manifest)}
+    m = copy.deepcopy(manifest)
+    m["warm_start"] = _warm("b" * 64, cached=False)
+    reason, notice = C.warm_start_finding(m, ref)
+    assert notice is None and "trained now" in reason and "re-record the baseline" in reason
+    m["seed"], m["overrides"] = 7, [{"key": "seed", "value": 7}]
+    reason, notice = C.warm_start_finding(m, ref)
+    assert reason is None and "as expected where the run differs (seed 7" in notice
+    m["warm_start"].pop("weights_sha256")  # a manifest from before the digest was recorded
+    assert C.warm_start_finding(m, ref)[1].startswith("warm start not compared")
+    assert C.warm_start_finding(m, {**ref, "warm_start": None}) == (None, None)  # committed baselines lack it
+
+
 def test_generated_record_schemas_are_committed():
     for name in ("manifest.schema.json", "baseline.schema.json", "verdict.schema.json"):
         assert (SCHEMAS_DIR / name).read_text() == render(all_schemas()[name]), \

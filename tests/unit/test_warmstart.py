@@ -75,6 +75,60 @@ def test_cache_entries_are_verified_and_never_unpickled(tmp_path) -> None:
     assert "\n" not in str(err.value) and not marker.exists()
     bad = pickle.dumps(Payload())
     (tmp_path / "k.json").write_text(json.dumps({"key": "k", "sha256": hashlib.sha256(bad).hexdigest()}))
-    with pytest.raises(HarnessError, match="unreadable"):  # digest matches, content is no safetensors file
+    with pytest.raises(HarnessError, match="warm-start cache file: header length"):  # digest matches, no safetensors
         warmstart.load_cached(other, path, "k", torch.device("cpu"))
     assert not marker.exists()
+
+
+class Tied(torch.nn.Module):
+    """An embedding and an output head that share one tensor (tie_word_embeddings)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(4, 3)
+        self.head = torch.nn.Linear(3, 4, bias=False)
+        self.head.weight = self.embed.weight
+        self.down_proj = torch.nn.Linear(3, 3)
+
+
+def _entry(tmp_path, state, key="k"):
+    import hashlib
+    import json
+
+    from safetensors.torch import save
+
+    data = save({k: v.detach().clone() for k, v in state.items()}, metadata={"key": key})
+    path = tmp_path / f"{key}.safetensors"
+    path.write_bytes(data)
+    (tmp_path / f"{key}.json").write_text(json.dumps({"key": key, "sha256": hashlib.sha256(data).hexdigest()}))
+    return path
+
+
+def test_a_tied_entry_whose_embedding_and_head_differ_is_refused(tmp_path) -> None:
+    """Loading would keep one of the two silently; an entry the warm start wrote always has them equal."""
+    from harness.errors import HarnessError
+
+    torch.manual_seed(0)
+    model = Tied()
+    assert warmstart._tied_groups(model) == [["embed.weight", "head.weight"]]
+    state = model.state_dict()
+    other = Tied()
+    warmstart.load_cached(other, _entry(tmp_path, state), "k", torch.device("cpu"))
+    assert torch.equal(other.embed.weight, model.embed.weight)
+    planted = {**state, "head.weight": state["head.weight"] * 3}
+    with pytest.raises(HarnessError, match="'embed.weight' and 'head.weight' are tied in the model but hold different"):
+        warmstart.load_cached(Tied(), _entry(tmp_path, planted), "k", torch.device("cpu"))
+
+
+def test_the_weights_digest_follows_the_values_only() -> None:
+    """The manifest's warm-start digest: equal weights, equal digest (whatever file held them); down_proj x 3 not."""
+    torch.manual_seed(0)
+    a, b = Tied(), Tied()
+    b.load_state_dict(a.state_dict())
+    assert warmstart.weights_sha256(a) == warmstart.weights_sha256(b)
+    assert len(warmstart.weights_sha256(a)) == 64
+    with torch.no_grad():
+        b.down_proj.weight.mul_(3)
+    assert warmstart.weights_sha256(a) != warmstart.weights_sha256(b)
+    half = Tied().to(torch.bfloat16)  # no numpy bfloat16: hashed as bytes
+    assert warmstart.weights_sha256(half) != warmstart.weights_sha256(half.float())
