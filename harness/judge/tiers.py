@@ -310,7 +310,8 @@ def speed_scale(ctx: Context, ref: dict[str, Any]) -> float | None:
     ref_speed, env = ref.get("speed_index"), ctx.run_env
     if not ref_speed or not ctx.run_speed or env is None:
         return None
-    if env["software"].get("torch") != ctx.baseline["environment"]["software"].get("torch"):
+    if ctx.baseline["environment"] is None or \
+            env["software"].get("torch") != ctx.baseline["environment"]["software"].get("torch"):
         return None
     return ctx.run_speed / ref_speed
 
