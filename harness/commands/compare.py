@@ -56,6 +56,10 @@ def execute(args: argparse.Namespace) -> int:
 
         write_run_report(args.run_dir, verdict)
     _print(verdict)
+    if verdict.crosscheck:
+        from harness.judge.foreign import crosscheck_lines
+
+        print("\n".join(crosscheck_lines(verdict.crosscheck)))
     return verdict.exit_code
 
 

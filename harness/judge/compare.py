@@ -387,6 +387,10 @@ def _judge(run_dir: Path, baseline_path: Path | None, forced: str | None) -> Ver
     v.notices += notices
     if v.tier == "statistical":
         _add_probe(v, ctx, run_dir, manifest, baseline)
+    if baseline["environment"] is None:  # a harness run against another trainer's logs: where they differ
+        from harness.judge.tiers import crosscheck
+
+        v.crosscheck = crosscheck(ctx)
     v.reasons = failure_reasons(v.checks)
     if v.tier == "exact" and any(c.group == "exact" and not c.passed for c in v.checks):
         diff = run_differences(manifest, baseline)

@@ -13,7 +13,7 @@ baseline as :mod:`harness.judge.compare` judges a run directory, with what a log
 - throughput (tokens/s per device, verl's ``perf/throughput`` and the harness's alike) is judged only when the
   profile names the device model of one of the baseline's references; memory never (another engine).
 
-Besides the gate, a **cross-check** (:func:`crosscheck`) tells per metric where the log's late-window mean
+Besides the gate, a **cross-check** (:func:`harness.judge.tiers.crosscheck`) tells per metric where the log's late-window mean
 lies beyond the spread of the baseline seeds' (two-sided, family-wise alpha): where verl and the harness,
 running the same recipe, differ. It is a report, not a gate.
 
@@ -23,29 +23,24 @@ only) from N logs of one recipe, with each log's provenance (SHA-256, the traine
 
 from __future__ import annotations
 
-import math
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
 from harness.jsonio import file_sha256
-from harness.judge import stats
 from harness.judge.baseline import (
     MEMORY_METRIC,
     THROUGHPUT_METRIC,
     default_path,
     load_baseline,
     metric_entries,
-    metric_tiers,
     rel_spread,
-    stat_spec,
-    statistical_window,
-    window_mean,
 )
 from harness.judge.compare import Verdict, failure_reasons, refusal_reasons, require_baseline_file
 from harness.judge.logs import TrainerLog, read_log
-from harness.judge.tiers import TIERS, Check, Context, throughput_check
+from harness.judge.tiers import TIERS, Check, Context, crosscheck, throughput_check
 from harness.run.record import utc_now
 
 FOREIGN_TIERS = ("band", "statistical")  # what a log can be judged by (and a baseline from logs records)
@@ -170,32 +165,6 @@ def judge_logs(specs: list[str], res: Any, baseline_path: Path | None = None, *,
 
 
 # ----------------------------------------------------------------------------- cross-check
-def crosscheck(ctx: Context) -> list[dict[str, Any]]:
-    """Per metric of the band tier: the run's late-window mean against the seeds' (two-sided t, Bonferroni over
-    the metrics at the statistical policy's alpha); ``beyond`` where it lies outside the seeds' spread."""
-    pol = ctx.baseline["policy"]["statistical"]
-    w = statistical_window(pol, ctx.upto)
-    names = sorted(n for n, m in ctx.baseline["metrics"].items() if "band" in m["tiers"] and n in ctx.run)
-    rows = []
-    for name in names:
-        spec = ctx.baseline["metrics"][name]
-        seeds = [dict(zip(spec["steps"], spec["values"]))]
-        seeds += [{k: x for k, x in zip(spec["steps"], row) if x is not None} for row in spec["noise_values"]]
-        refs = [m for s in seeds if (m := window_mean({k: x for k, x in s.items() if k <= ctx.upto}, ctx.upto, w))
-                is not None]
-        run = {k: x for k, x in ctx.run[name].items() if k <= ctx.upto}
-        x = window_mean(run, ctx.upto, w) if run else None
-        if x is None or len(refs) < 2:
-            continue
-        centre, sd, n = stats.reference_stats(refs)
-        t = stats.t_statistic(x, refs)
-        crit = stats.t_critical(pol["alpha"] / (2 * len(names)), max(1, n - 1))
-        rows.append({"metric": name, "run_value": x, "centre": centre, "sd": sd, "seeds_min": min(refs),
-                     "seeds_max": max(refs), "n": len(refs), "t": t if math.isfinite(t) else None,
-                     "bound": crit, "beyond": not abs(t) <= crit, "window": w})
-    return rows
-
-
 def crosscheck_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The cross-check as text lines (metric, run, seeds' centre and range, t against the bound)."""
     if not rows:
@@ -218,7 +187,7 @@ def build_log_baseline(specs: list[str], res: Any, *, command: str, policy: dict
     if len(logs) < 2:
         raise HarnessError("a baseline needs the logs of at least 2 runs (5 for the statistical tier's olympic "
                            "mean)", key_path="--from-log", fix="give --from-log once per run")
-    shas = {}
+    shas: dict[str, str] = {}
     for x in logs:
         if x.sha256 in shas:
             raise HarnessError(f"the same log given twice ({shas[x.sha256]} and {x.path})", key_path="--from-log",
@@ -246,12 +215,9 @@ def build_log_baseline(specs: list[str], res: Any, *, command: str, policy: dict
         "policy": policy,
         "metrics": metrics,
         "throughput": {"references": []},
-        "memory": {"value": sorted(mem)[len(mem) // 2] if mem else 0.0, "seed_values": mem,
+        "memory": {"value": statistics.median(mem) if mem else 0.0, "seed_values": mem,
                    "relative_spread": rel_spread(mem)},
         "runs": [],
         "logs": [x.provenance() for x in logs],
     }
 
-
-__all__ = ["build_log_baseline", "choose_tiers", "crosscheck", "crosscheck_lines", "judge_logs", "metric_tiers",
-           "stat_spec"]

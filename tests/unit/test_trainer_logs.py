@@ -206,3 +206,35 @@ def test_export_verl_writes_the_file_logger_and_lint_accepts_it(tmp_path: Path,
     assert rc == 0 and " 0 error(s)" in stdout
     rc, overrides, _ = cli(capsys, "export-verl", "qwen3_vl_30b", "--profile", "gpu-8x-h200-141g")
     assert "trainer.logger=[console,file]" in overrides.splitlines()
+
+
+def test_a_harness_run_against_a_baseline_from_logs(logs: dict[str, Path], capsys: pytest.CaptureFixture[str],
+                                                    tmp_path: Path) -> None:
+    """The other way round: a harness run judged against verl logs — statistical (the logs' environment and seeds
+    unknown), exact refused, and the per-metric cross-check in the verdict and on stdout."""
+    from harness.config.recipe import resolve
+    from harness.jsonio import write_json_atomic
+    from harness.run.runner import base_manifest
+
+    base = tmp_path / "from-logs.json"
+    rc, _, stderr = cli(capsys, "record-baseline", "qwen3_vl_30b", "--profile", "cpu", "--scale", "smoke", "--out",
+                        str(base), *(a for i in range(1, 6) for a in ("--from-log", f"verl:{logs[f'seed{i}']}")))
+    assert rc == 0, stderr
+    run = tmp_path / "run"
+    run.mkdir()
+    m = base_manifest(resolve("qwen3_vl_30b", "cpu", "smoke"), steps=40, runtime="local", world=1, fault={})
+    m.update(schema_version=1, status="complete", created_utc="2026-01-01T00:00:00Z",
+             finished_utc="2026-01-01T00:01:00Z", error=None)
+    m["steps"]["completed"] = 40
+    write_json_atomic(run / "manifest.json", m)
+    rows = baseline_rows(0)
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": k, **rows[k]}) + "\n" for k in sorted(rows)),
+                                       encoding="utf-8")
+    rc, stdout, stderr = cli(capsys, "compare", str(run), "--baseline", str(base), "--no-report")
+    assert rc == 0 and "tier=statistical" in stdout, stdout + stderr
+    assert "cross-check" in stdout and "actor/pg_loss" in stdout
+    verdict = json.loads((run / "verdict.json").read_text(encoding="utf-8"))
+    assert schema_errors(verdict, "verdict") == [] and verdict["crosscheck"]
+    assert "unknown (trainer logs)" in verdict["tier_reason"]
+    rc, _, stderr = cli(capsys, "compare", str(run), "--baseline", str(base), "--tier", "exact", "--no-report")
+    assert rc == 2
