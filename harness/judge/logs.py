@@ -188,6 +188,10 @@ def read_log(spec: str) -> TrainerLog:
                       "each step may appear once: a log of one run, not two appended", "step")
         if prev is not None and step < prev:
             raise bad(path, f"line {line}: step {step} comes after step {prev}", "steps must increase", "step")
+        if reader.contiguous and prev is None and step > 1:
+            missing = "step 1" if step == 2 else f"steps 1-{step - 1}"
+            raise bad(path, f"line {line}: the log starts at step {step} ({missing} missing)",
+                      "judge the whole log of one run, from its first step (a resumed run's logs joined)", "step")
         if reader.contiguous and prev is not None and step > prev + 1:
             missing = f"step {prev + 1}" if step == prev + 2 else f"steps {prev + 1}-{step - 1}"
             raise bad(path, f"line {line}: step {step} follows step {prev} ({missing} missing)",

@@ -147,6 +147,7 @@ def _ok(step: int, **extra: object) -> dict[str, object]:
 
 MALFORMED = {  # name -> (file content, or a callable making the file; what the one line says)
     "missing-step": (_lines([_ok(1), _ok(2), _ok(4)]), "step 4 follows step 2 (step 3 missing)"),
+    "late-start": (_lines([_ok(3), _ok(4)]), "the log starts at step 3 (steps 1-2 missing)"),
     "duplicate-step": (_lines([_ok(1), _ok(2), _ok(2)]), "step 2 is repeated (first on line 2)"),
     "out-of-order": (_lines([_ok(1), _ok(3), _ok(2)]), "step 3 follows step 1"),
     "non-finite": (_lines([_ok(1)]) + '{"step": 2, "data": {"actor/pg_loss": NaN}}\n', "line 2: a non-finite value"),
