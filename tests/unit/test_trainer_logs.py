@@ -239,3 +239,19 @@ def test_a_harness_run_against_a_baseline_from_logs(logs: dict[str, Path], capsy
     assert "unknown (trainer logs)" in verdict["tier_reason"]
     rc, _, stderr = cli(capsys, "compare", str(run), "--baseline", str(base), "--tier", "exact", "--no-report")
     assert rc == 2
+
+
+@pytest.mark.parametrize("speed, rc", [(1.0, 0), (0.5, 1)])
+def test_throughput_per_device_where_the_profile_names_the_reference_device(
+        speed: float, rc: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = json.loads((BASELINE.parent / "gpu-1x-h200-smoke.json").read_text(encoding="utf-8"))
+    ref = doc["throughput"]["references"][0]["value"]
+    rows = baseline_rows(0, doc)
+    for step, row in rows.items():
+        if step > 0:
+            row["perf/throughput"] = ref * speed
+    log = write_verl_log(rows, tmp_path / "gpu.jsonl")
+    got, stdout, stderr = cli(capsys, "compare", "--log", f"verl:{log}", "--recipe", "qwen3_vl_30b", "--profile",
+                              "gpu-1x-h200", "--scale", "smoke", "--no-report")
+    assert got == rc, stdout + stderr
+    assert "throughput per device" in stderr and ("SLOWER" in stdout) == (rc == 1)
