@@ -12,6 +12,7 @@ existing baseline instead (throughput is only compared between runs on the same 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -35,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="baseline file (default: baselines/<recipe>/<profile>-<scale>.json)")
     p.add_argument("--runs-dir", type=Path, help="where the seeded runs go (default: runs/baseline-...)")
     p.add_argument("--quiet", action="store_true", help="no per-step progress")
+    p.add_argument("--from-log", action="append", default=[], metavar="FORMAT:FILE",
+                   help="record from another trainer's logs instead of running (once per run, the primary first; "
+                        "e.g. verl:metrics.jsonl): band and statistical tiers only, seeds and environment unknown")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -48,8 +52,10 @@ def execute(args: argparse.Namespace) -> int:
         raise HarnessError(f"--steps must be >= 1, got {args.steps}", key_path="--steps", fix="give a positive count")
     profile = chosen_profile(args)
     res = resolve(args.recipe, profile, args.scale)
-    preflight(res)
     out = args.out or default_path(res.name, profile, args.scale)
+    if args.from_log:
+        return _from_logs(args, res, out)
+    preflight(res)
     runs_dir = args.runs_dir or default_run_dir(f"baseline-{res.name}", f"{profile}-{args.scale}")
     command = "harness record-baseline " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index(
         "record-baseline") + 1:]) if "record-baseline" in sys.argv else \
@@ -73,4 +79,31 @@ def execute(args: argparse.Namespace) -> int:
           f"(spread {tp['relative_spread'] * 100:.1f}%); peak memory {doc['memory']['value']:.3f} GB; "
           + (f"replay noise measured ({doc['replay']['perturbation']})" if doc.get("replay") else
              "no replay tier (the model is too large to keep its initial policy; see the runs' manifests)"))
+    return EXIT_OK
+
+
+def _from_logs(args: argparse.Namespace, res: object, out: Path) -> int:
+    """A baseline from other trainers' logs (harness.judge.foreign), written once, atomically."""
+    from harness.config.schema import check
+    from harness.jsonio import write_json_atomic
+    from harness.judge.baseline import DEFAULT_POLICY
+    from harness.judge.foreign import build_log_baseline
+
+    bad = [f"--{k.replace('_', '-')}" for k in ("throughput_only", "steps", "runs_dir") if getattr(args, k)]
+    if bad:
+        raise HarnessError(f"{bad[0]} does not apply to --from-log (nothing is run)", key_path=bad[0],
+                           fix="leave it out")
+    if os.path.lexists(out) and not args.force:
+        raise HarnessError("a baseline already exists", file=str(out),
+                           fix="pass --force to replace it (review the diff before committing)")
+    command = "harness record-baseline " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index(
+        "record-baseline") + 1:]) if "record-baseline" in sys.argv else \
+        f"harness record-baseline {args.recipe} --from-log " + " --from-log ".join(args.from_log)
+    doc = build_log_baseline(args.from_log, res, command=command, policy=DEFAULT_POLICY)
+    check(doc, "baseline", str(out))
+    write_json_atomic(out, doc)
+    score = doc["metrics"].get("critic/score/mean", {}).get("seed_window_means", [])
+    print(f"wrote {out}: {doc['steps']} steps x {len(doc['logs'])} {doc['logs'][0]['trainer']} logs; "
+          f"{len(doc['metrics'])} metrics (band, statistical); training reward window means "
+          f"{min(score):.4f}..{max(score):.4f}; no throughput reference (the logs' machine is unknown)")
     return EXIT_OK

@@ -348,7 +348,8 @@ class Environment(Section):
 
 class Throughput(Section):
     references: list[ThroughputRef] = field("References, one per device model and thread count (record-baseline "
-                                            "--throughput-only adds this machine's).", min_length=1)
+                                            "--throughput-only adds this machine's); none for a baseline from "
+                                            "trainer logs (their machine unknown).")
 
 
 class Rollouts(Section):
@@ -383,6 +384,17 @@ class RecordedRun(Section):
     metrics_sha256: str = sha("SHA-256 of its metrics.jsonl.")
 
 
+class LoggedRun(Section):
+    """One run another trainer made, as its log was read (harness.judge.logs)."""
+
+    format: str = field("The log reader (harness compare --log FORMAT:FILE): verl, trl, ...", min_length=1)
+    file: str = field("The log file as given (may be gone).", min_length=1)
+    sha256: str = sha("SHA-256 of the log file's bytes as read.")
+    trainer: str = field("The trainer that wrote it.", min_length=1)
+    trainer_version: str | None = field("The trainer's version when the log says it; null when it does not.")
+    steps: int = field("The last training step in the log.", ge=1)
+
+
 class Baseline(Section):
     """Reference metrics of one recipe at one profile and scale, with its noise floor and policy."""
 
@@ -400,10 +412,12 @@ class Baseline(Section):
     steps: int = field("GRPO steps recorded per seed.", ge=1)
     created_utc: str = utc("When the baseline was written.")
     command: str = field("Command that recorded it.", min_length=1)
-    primary_seed: int = field("The recipe's seed: its values are the exact/band reference.", ge=0)
-    noise_seeds: list[Annotated[int, Field(ge=0)]] = field("Further seeds (seed + k, via --set seed=...) for the "
-                                                           "noise floor.")
-    environment: Environment = field("Manifest summary of the primary run (decides exact-tier eligibility).")
+    primary_seed: int | None = field("The recipe's seed: its values are the exact/band reference; null for a "
+                                     "baseline from trainer logs (the seed unknown).", ge=0)
+    noise_seeds: list[Annotated[int, Field(ge=0)] | None] = field(
+        "Further seeds (seed + k, via --set seed=...) for the noise floor; null where unknown (trainer logs).")
+    environment: Environment | None = field("Manifest summary of the primary run (decides exact-tier eligibility); "
+                                            "null for a baseline from trainer logs (unknown: never exact).")
     policy: Policy = field("How runs are judged against this baseline (copied into every verdict).")
     metrics: dict[str, MetricSeries] = field("Metric name (verl naming) -> series. Timing metrics are never here.",
                                              extra={"minProperties": 1})
@@ -413,7 +427,11 @@ class Baseline(Section):
     warm_start: WarmStartRef | SkipJsonSchema[None] = optional(
         "The primary run's warm start (absent: none, or a baseline recorded before warm starts were recorded).")
     memory: Spread = field("Peak perf/max_memory_allocated_gb per seed (GB).")
-    runs: list[RecordedRun] = field("The recorded runs, primary first.", min_length=1)
+    runs: list[RecordedRun] = field("The recorded harness runs, primary first (none for a baseline from trainer "
+                                    "logs: see logs).")
+    logs: list[LoggedRun] | SkipJsonSchema[None] = optional(
+        "The trainer logs it was recorded from (record-baseline --from-log), primary first; absent for harness "
+        "runs.", min_length=2)
 
 
 # ----------------------------------------------------------------------------- verdict
@@ -441,7 +459,7 @@ class GroupCount(Section):
 
 
 class RunJudged(Section):
-    dir: str = field("Run directory.", min_length=1)
+    dir: str = field("Run directory (another trainer's log file: harness compare --log).", min_length=1)
     recipe: str | None = field("Recipe id (null if the manifest is unreadable).")
     profile: str | None = field("Profile.")
     scale: str | None = field("Scale.")
@@ -454,8 +472,8 @@ class BaselineUsed(Section):
     path: str = field("Baseline file.", min_length=1)
     sha256: str = sha("SHA-256 of the baseline file.")
     steps: int = field("Steps recorded.", ge=1)
-    primary_seed: int = field("Reference seed.", ge=0)
-    noise_seeds: list[int] = field("Noise seeds.")
+    primary_seed: int | None = field("Reference seed (null: unknown, a baseline from trainer logs).", ge=0)
+    noise_seeds: list[int | None] = field("Noise seeds (null where unknown).")
     steps_compared: int = field("Steps compared (common prefix).", ge=0)
 
 
@@ -478,6 +496,22 @@ class Candidate(Section):
 class ProbeJudged(Section):
     dir: str = field("Probe run directory.", min_length=1)
     steps_compared: int = field("Replayed steps compared.", ge=0)
+
+
+class CrossCheck(Section):
+    """One metric: the run's late-window mean against the baseline seeds' (not gated)."""
+
+    metric: str = field("Metric (harness name).", min_length=1)
+    run_value: float = field("The run's mean over the window.")
+    centre: float = field("The seeds' olympic mean (plain mean under 5 seeds).")
+    sd: float = field("The seeds' spread (population sd; sample sd under 5 seeds).", ge=0)
+    seeds_min: float = field("Lowest seed mean.")
+    seeds_max: float = field("Highest seed mean.")
+    n: int = field("Seeds.", ge=2)
+    t: float | None = field("(run - centre) / (sd * sqrt(1 + 1/n)); null when infinite (no spread).")
+    bound: float = field("Two-sided t bound at the statistical alpha, Bonferroni over the metrics.", ge=0)
+    beyond: bool = field("|t| beyond the bound: the run differs beyond the seeds' spread.")
+    window: int = field("Late-window steps averaged.", ge=1)
 
 
 class Verdict(Section):
@@ -506,4 +540,10 @@ class Verdict(Section):
     replay_probe: ProbeJudged | None | SkipJsonSchema[None] = optional(
         "The replay probe judged with a statistical verdict: the baseline's first steps replayed with the run's "
         "settings (its checks are the replay group); null when there is none.")
+    logs: list[LoggedRun] | SkipJsonSchema[None] = optional(
+        "Another trainer's logs judged (harness compare --log): the run first, then its candidate runs.",
+        min_length=1)
+    crosscheck: list[CrossCheck] | SkipJsonSchema[None] = optional(
+        "Per metric of the band tier: where the run's late-window mean lies beyond the baseline seeds' spread (a "
+        "report, not a gate).")
     summary_line: str = field("The one-line summary printed by run/compare.", min_length=1)

@@ -248,6 +248,43 @@ def throughput_reference(env: dict[str, Any], steady_values: list[float], seed_v
     return ref
 
 
+def metric_entries(all_series: list[dict[str, Series]], steps: int, policy: dict[str, Any], primary: str, *,
+                   allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The baseline's ``metrics``: per gated metric the primary run's values (the first series), the others' as
+    noise, the per-step std and, for a statistical metric, each run's window mean. ``allowed`` keeps only those
+    tiers (a metric left with none is not recorded)."""
+    metrics: dict[str, Any] = {}
+    stat_w = statistical_window(policy["statistical"], steps)
+    for name in sorted(all_series[0]):
+        tiers = [t for t in metric_tiers(name) if allowed is None or t in allowed]
+        if not tiers:
+            continue
+        ref = all_series[0][name]
+        ks = sorted(ref)
+        for k in ks:
+            if not math.isfinite(ref[k]):
+                raise HarnessError(f"the primary run has a non-finite {name} at step {k}", file=primary,
+                                   fix="a baseline must come from a healthy run; fix the recipe first")
+        noise = [[_finite_or_none(s.get(name, {}).get(k)) for k in ks] for s in all_series[1:]]
+        std = []
+        for i, k in enumerate(ks):
+            vals = [ref[k]] + [x for row in noise if (x := row[i]) is not None]
+            std.append(statistics.stdev(vals) if len(vals) > 1 else 0.0)
+        entry: dict[str, Any] = {"tiers": tiers, "steps": ks, "values": [ref[k] for k in ks],
+                                 "noise_values": noise, "noise_std": std}
+        if name in ATOL_OVERRIDES:
+            entry["atol"] = ATOL_OVERRIDES[name]
+        spec = stat_spec(name)
+        if spec and "statistical" in tiers:
+            entry["direction"], entry["transform"] = spec[0], spec[1]
+            if spec[2] is not None:
+                entry["stat_floor"] = spec[2]
+            means = [window_mean(s.get(name, {}), steps, stat_w) for s in all_series]
+            entry["seed_window_means"] = [m for m in means if m is not None]
+        metrics[name] = entry
+    return metrics
+
+
 def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any] | None = None) -> dict[str, Any]:
     """A baseline document from finished runs of one recipe/profile/scale (primary seed first)."""
     policy = policy or DEFAULT_POLICY
@@ -271,35 +308,7 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: dict[str, Any]
                            key_path="HARNESS_FAULT", fix="unset HARNESS_FAULT and record again")
     all_series = [load_series(d) for d in run_dirs]
     steps = prim["steps"]["completed"]
-    metrics: dict[str, Any] = {}
-    stat_w = statistical_window(policy["statistical"], steps)
-    for name in sorted(all_series[0]):
-        tiers = metric_tiers(name)
-        if not tiers:
-            continue
-        ref = all_series[0][name]
-        ks = sorted(ref)
-        for k in ks:
-            if not math.isfinite(ref[k]):
-                raise HarnessError(f"the primary run has a non-finite {name} at step {k}", file=str(run_dirs[0]),
-                                   fix="a baseline must come from a healthy run; fix the recipe first")
-        noise = [[_finite_or_none(s.get(name, {}).get(k)) for k in ks] for s in all_series[1:]]
-        std = []
-        for i, k in enumerate(ks):
-            vals = [ref[k]] + [x for row in noise if (x := row[i]) is not None]
-            std.append(statistics.stdev(vals) if len(vals) > 1 else 0.0)
-        entry: dict[str, Any] = {"tiers": tiers, "steps": ks, "values": [ref[k] for k in ks],
-                                 "noise_values": noise, "noise_std": std}
-        if name in ATOL_OVERRIDES:
-            entry["atol"] = ATOL_OVERRIDES[name]
-        spec = stat_spec(name)
-        if spec:
-            entry["direction"], entry["transform"] = spec[0], spec[1]
-            if spec[2] is not None:
-                entry["stat_floor"] = spec[2]
-            means = [window_mean(s.get(name, {}), steps, stat_w) for s in all_series]
-            entry["seed_window_means"] = [m for m in means if m is not None]
-        metrics[name] = entry
+    metrics = metric_entries(all_series, steps, policy, str(run_dirs[0]))
     tp, mem = policy["throughput"], policy["memory"]
     tp_seeds = reference_speeds(all_series, tp, steps)
     tp_meds = [quantile(v, tp["quantile"]) for v in tp_seeds if v]

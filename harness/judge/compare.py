@@ -58,10 +58,14 @@ def refusal_reasons(manifest: dict[str, Any], baseline: dict[str, Any]) -> list[
 
 
 def environment_changes(manifest: dict[str, Any], baseline: dict[str, Any]) -> list[environment.Change]:
+    if baseline["environment"] is None:  # a baseline from another trainer's logs (harness.judge.foreign)
+        return [environment.Change("environment", "this run's", "unknown (a baseline from trainer logs)", True)]
     return environment.changes(environment.summary(manifest), baseline["environment"])
 
 
 def seed_difference(manifest: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
+    if baseline["primary_seed"] is None:
+        return [f"seed {manifest['seed']} vs the baseline's, unknown (trainer logs)"]
     if manifest["seed"] != baseline["primary_seed"]:
         return [f"seed {manifest['seed']} vs the baseline's {baseline['primary_seed']}"]
     return []
@@ -209,6 +213,8 @@ class Verdict:
     changes: list[dict[str, Any]] = field(default_factory=list)
     candidates: list[dict[str, Any]] = field(default_factory=list)  # other seeds judged with the run (statistical)
     replay_probe: dict[str, Any] | None = None  # the baseline's first steps replayed with the run's settings
+    logs: list[dict[str, Any]] | None = None  # another trainer's logs judged (harness.judge.foreign), run first
+    crosscheck: list[dict[str, Any]] | None = None  # per metric: the run's window mean vs the seeds' spread
     probe_wanted: probe.Wanted | None = field(default=None, repr=False)  # not written: what `harness run` trains
     created_utc: str = field(default_factory=utc_now)
 
@@ -235,9 +241,9 @@ class Verdict:
             n = counts[self.tier]
             word = {"exact": "equal", "replay": "within replay tolerance", "band": "within band",
                     "statistical": "not worse"}[self.tier]
+            runs = 1 + len(self.candidates) + max(0, len(self.logs or []) - 1)
             parts.append(f"{n['checks'] - n['failed']}/{n['checks']} gated metrics {word}"
-                         + (f" (median of {len(self.candidates) + 1} runs)" if self.tier == "statistical"
-                            and self.candidates else ""))
+                         + (f" (median of {runs} runs)" if self.tier == "statistical" and runs > 1 else ""))
         if self.replay_probe is not None and "replay" in counts:
             n = counts["replay"]
             parts.append(f"replay probe {n['checks'] - n['failed']}/{n['checks']} within tolerance "
@@ -273,7 +279,8 @@ class Verdict:
         return parts[0] + " " + "; ".join(parts[1:])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema_version": 1, "status": self.status, "tier": self.tier, "tiers_applied": self.tiers_applied,
+        extra = {k: x for k, x in (("logs", self.logs), ("crosscheck", self.crosscheck)) if x is not None}
+        return {**extra, "schema_version": 1, "status": self.status, "tier": self.tier, "tiers_applied": self.tiers_applied,
                 "tier_reason": self.tier_reason, "forced_tier": self.forced_tier, "created_utc": self.created_utc,
                 "run": self.run, "baseline": self.baseline, "policy": self.policy, "overrides": self.overrides,
                 "fault_injection": self.fault_injection, "reasons": self.reasons, "notices": self.notices,
@@ -396,7 +403,7 @@ def _judge(run_dir: Path, baseline_path: Path | None, forced: str | None) -> Ver
     v.tier, v.tiers_applied, v.tier_reason = tiers[0], tiers, why
     run_env = environment.summary(manifest)
     v.changes = [{"key": c.key, "baseline": c.ref, "run": c.run, "blocks_exact": c.blocks_exact}
-                 for c in environment.changes(run_env, baseline["environment"])]
+                 for c in environment_changes(manifest, baseline)]
     ctx = Context(run, baseline, upto, run_env, manifest["resolved_config"]["model"]["dtype"],
                   baseline.get("dtype", "float32"), (manifest.get("calibration") or {}).get("speed_index"))
     if forced is None and tiers == ["statistical"] and not seed_difference(manifest, baseline) \
@@ -413,6 +420,10 @@ def _judge(run_dir: Path, baseline_path: Path | None, forced: str | None) -> Ver
     v.notices += notices
     if v.tier == "statistical":
         _add_probe(v, ctx, run_dir, manifest, baseline)
+    if baseline["environment"] is None:  # a harness run against another trainer's logs: where they differ
+        from harness.judge.tiers import crosscheck
+
+        v.crosscheck = crosscheck(ctx)
     v.reasons = failure_reasons(v.checks)
     warm_reason, warm_notice = warm_start_finding(manifest, baseline)
     v.reasons += [warm_reason] if warm_reason else []

@@ -133,18 +133,20 @@ def _load_baseline_quiet(v: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
-def render_run_report(run_dir: Path, verdict: Any) -> str:
+def render_run_report(run_dir: Path, verdict: Any, *, series: dict[str, dict[int, float]] | None = None,
+                      manifest: Any = None) -> str:
+    """The page of a run directory, or (``series`` and ``manifest`` given: another trainer's log, judged in
+    memory) of those written into ``run_dir``."""
     run_dir = Path(run_dir)
     v = _verdict_dict(verdict)
-    manifest: Any = None
-    if (run_dir / "manifest.json").is_file():
+    if manifest is None and (run_dir / "manifest.json").is_file():
         try:
             manifest = load_json_strict(run_dir / "manifest.json")
         except Exception as err:  # noqa: BLE001 - shown instead of the manifest
             manifest = {"unreadable": str(err)}
     # a refused comparison shows the run alone: the baseline's band would suggest a comparison that was not made
     baseline = _load_baseline_quiet(v) if v["status"] in ("pass", "fail") else None
-    run = load_series(run_dir)
+    run = load_series(run_dir) if series is None else series
     # the verdict's own throughput check: its reference (scaled to this machine's calibration) and floor
     tp_check = next((c for c in v.get("checks", []) if c.get("group") == "throughput"), None)
     curves = plot_curves(run_dir, run, baseline, (v.get("baseline") or {}).get("steps_compared"), tp_check)
@@ -166,12 +168,13 @@ def render_run_report(run_dir: Path, verdict: Any) -> str:
                   summary_line=v.get("summary_line", ""), reasons=v.get("reasons") or [],
                   notices=v.get("notices") or [],
                   counts=v.get("counts") or {}, changes=changes, curves=curves, checks=checks,
+                  crosscheck=v.get("crosscheck") or [],
                   manifest=None if manifest is None else json.dumps(manifest, indent=2))
 
 
-def write_run_report(run_dir: Path, verdict: Any) -> Path:
+def write_run_report(run_dir: Path, verdict: Any, **given: Any) -> Path:
     path = Path(run_dir) / "report.html"
-    write_text_atomic(path, render_run_report(Path(run_dir), verdict))
+    write_text_atomic(path, render_run_report(Path(run_dir), verdict, **given))
     return path
 
 

@@ -261,6 +261,31 @@ def statistical_tier(ctx: Context) -> list[Check]:
     return out
 
 
+def crosscheck(ctx: Context) -> list[dict[str, Any]]:
+    """Per metric of the band tier: the run's late-window mean against the seeds' (two-sided t, Bonferroni over
+    the metrics at the statistical policy's alpha); ``beyond`` where it lies outside the seeds' spread."""
+    pol = ctx.baseline["policy"]["statistical"]
+    w = statistical_window(pol, ctx.upto)
+    names = sorted(n for n, m in ctx.baseline["metrics"].items() if "band" in m["tiers"] and n in ctx.run)
+    rows = []
+    for name in names:
+        spec = ctx.baseline["metrics"][name]
+        seeds = [dict(zip(spec["steps"], spec["values"]))]
+        seeds += [{k: x for k, x in zip(spec["steps"], row) if x is not None} for row in spec["noise_values"]]
+        refs = [m for s in seeds if (m := window_mean({k: x for k, x in s.items() if k <= ctx.upto}, ctx.upto, w))
+                is not None]
+        x = _run_window_mean(ctx.run[name], ctx.upto, w)
+        if x is None or len(refs) < 2:
+            continue
+        centre, sd, n = stats.reference_stats(refs)
+        t = stats.t_statistic(x, refs)
+        crit = stats.t_critical(pol["alpha"] / (2 * len(names)), max(1, n - 1))
+        rows.append({"metric": name, "run_value": x, "centre": centre, "sd": sd, "seeds_min": min(refs),
+                     "seeds_max": max(refs), "n": len(refs), "t": t if math.isfinite(t) else None,
+                     "bound": crit, "beyond": not abs(t) <= crit, "window": w})
+    return rows
+
+
 def _run_window_mean(series: dict[int, float], upto: int, w: int) -> float | None:
     """A run's late-window mean, or None when it has no values there or any value is not finite."""
     run = {k: v for k, v in series.items() if k <= upto}
@@ -310,7 +335,8 @@ def speed_scale(ctx: Context, ref: dict[str, Any]) -> float | None:
     ref_speed, env = ref.get("speed_index"), ctx.run_env
     if not ref_speed or not ctx.run_speed or env is None:
         return None
-    if env["software"].get("torch") != ctx.baseline["environment"]["software"].get("torch"):
+    if ctx.baseline["environment"] is None or \
+            env["software"].get("torch") != ctx.baseline["environment"]["software"].get("torch"):
         return None
     return ctx.run_speed / ref_speed
 

@@ -118,8 +118,23 @@ def _shell_word(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def launcher_script(name: str, source: str, profile: str, scale: str, pairs: list[tuple[str, Any]]) -> str:
-    """A complete bash launcher for verl: ``set -euo pipefail``, every override listed, no pass-through."""
+# verl's FileLogger: one {"step": N, "data": {metric: value}} line per step, to $VERL_FILE_LOGGER_PATH
+FILE_LOGGER = ("trainer.logger", ["console", "file"])
+
+
+def with_file_logger(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``pairs`` with verl's console and file loggers on (the file is the log ``harness compare --log`` judges)."""
+    return [p for p in pairs if p[0].lstrip("+") != FILE_LOGGER[0]] + [FILE_LOGGER]
+
+
+def default_log_path(name: str, profile: str, scale: str) -> str:
+    return f"$PWD/verl-{name}-{profile}-{scale}.jsonl"
+
+
+def launcher_script(name: str, source: str, profile: str, scale: str, pairs: list[tuple[str, Any]],
+                    log_path: str | None = None) -> str:
+    """A complete bash launcher for verl: ``set -euo pipefail``, every override listed, no pass-through; with
+    ``log_path`` it exports ``VERL_FILE_LOGGER_PATH`` (default ``log_path``) for verl's file logger."""
     lines = [
         "#!/usr/bin/env bash",
         f"# verl launcher for recipe {name} (profile {profile}, scale {scale}), written by `harness export-verl`.",
@@ -128,6 +143,15 @@ def launcher_script(name: str, source: str, profile: str, scale: str, pairs: lis
         "set -euo pipefail",
         "",
     ]
+    if log_path is not None:
+        lines += [
+            "# verl's file logger writes one JSON line per step here; judge the run with",
+            f"#   harness compare --log verl:\"$VERL_FILE_LOGGER_PATH\" --recipe {name} --profile {profile} "
+            f"--scale {scale} --out DIR",
+            f'VERL_FILE_LOGGER_PATH="${{VERL_FILE_LOGGER_PATH:-{_dq_keep_vars(log_path)}}}"',
+            "export VERL_FILE_LOGGER_PATH",
+            "",
+        ]
     body: list[str] = []
     for key, value in pairs:
         text = format_value(value)
@@ -137,7 +161,7 @@ def launcher_script(name: str, source: str, profile: str, scale: str, pairs: lis
             body.append(f'{key}="${var}"')
             continue
         body.append(_shell_word(f"{key}={text}"))
-    if len(lines) > 6:
+    if lines[-1] != "":
         lines.append("")
     lines.append("python3 -m verl.trainer.main_ppo \\")
     lines.extend(f"    {word} \\" for word in body[:-1])
@@ -148,3 +172,11 @@ def launcher_script(name: str, source: str, profile: str, scale: str, pairs: lis
 
 def _dq(text: str) -> str:
     return "".join("\\" + ch if ch in '"$`\\' else ch for ch in text)
+
+
+def _dq_keep_vars(text: str) -> str:
+    """``text`` inside double quotes, a leading ``$PWD`` / ``$HOME`` left to expand."""
+    for var in ("$PWD/", "$HOME/"):
+        if text.startswith(var):
+            return var + _dq(text[len(var):])
+    return _dq(text)
