@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.errors import shown
 from harness.judge.compare import TIER_ORDER, judge
 
 HELP = "Judge a finished run against its baseline (tiers exact / band / statistical); write verdict.json."
@@ -31,10 +32,10 @@ def execute(args: argparse.Namespace) -> int:
 
         write_run_report(args.run_dir, verdict)
     summary = verdict.summary_line()
-    print(summary, flush=True)
+    print(shown(summary), flush=True)  # record content (metric names, recipe names) is printed escaped
     for line in verdict.reasons if verdict.status == "fail" else []:
-        sys.stderr.write(f"  {line}\n")
+        sys.stderr.write(f"  {shown(line)}\n")
     for line in verdict.notices:
         if line not in summary:
-            sys.stderr.write(f"notice: {line}\n")
+            sys.stderr.write(f"notice: {shown(line)}\n")
     return verdict.exit_code

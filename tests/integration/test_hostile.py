@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import shlex
 import stat
 import subprocess
@@ -103,7 +104,60 @@ def _sparse(tmp: Path, run: Path) -> None:
         fh.truncate(2 << 30)  # 2 GiB, sparse: costs no disk
 
 
+PUBLISHED = ROOT / "certificates" / "gpu-1x-h200"
+
+
+def _forged_certificate(tmp: Path, run: Path) -> None:
+    """The published certificate copied to X/c04, its payload edited, re-signed with a fresh key, and that key
+    dropped into the directory (what anyone can do)."""
+    import base64
+    import shutil
+
+    from harness.judge.attest import keygen, load_signer, sign
+
+    cert = tmp / "X" / "c04"
+    shutil.copytree(PUBLISHED, cert)
+    stmt = json.loads(base64.b64decode(json.loads((cert / "certificate.json").read_text())["payload"]))
+    stmt["predicate"]["system"]["accelerator"].update(model="NVIDIA B300", count=8)
+    priv, pub, _ = keygen(tmp / "forger")
+    (cert / "certificate.json").write_text(json.dumps(sign(stmt, load_signer(priv))))
+    shutil.copy(pub, cert / "signing-key.pub.pem")
+
+
+def _envelope(tmp: Path, signatures: list[dict[str, str]] | None = None, text: str | None = None) -> None:
+    """tmp/cert.json: the published envelope with other signature entries, or ``text`` built from it."""
+    env = json.loads((PUBLISHED / "certificate.json").read_text())
+    if signatures is not None:
+        env["signatures"] = signatures
+    (tmp / "cert.json").write_text(text.format(**env) if text else json.dumps(env))
+
+
+def _duplicate_result(tmp: Path, run: Path) -> None:
+    import base64
+
+    env = json.loads((PUBLISHED / "certificate.json").read_text())
+    inner = base64.b64decode(env["payload"]).decode()
+    inner = re.sub(r'"result": "(pass|fail)"', r'"result": "\1", "result": "pass"', inner)
+    (tmp / "cert.json").write_text(json.dumps({**env, "payload": base64.b64encode(inner.encode()).decode()}))
+
+
+def _copied_run(tmp: Path, run: Path) -> None:
+    import shutil
+
+    shutil.copytree(PUBLISHED / "runs" / "qwen3-1-7b-smoke" / "run-1", tmp / "run-1")
+
+
+KEYID = "ba70485e2cbe5713993460661da666741345d576ca09e4f472b80e47bcbc0ca4"
 SETUPS: dict[str, Callable[[Path, Path], None]] = {
+    "forged-certificate": _forged_certificate,
+    "keyid-newline": lambda tmp, run: _envelope(tmp, [{"keyid": KEYID + "\nVERIFIED: gpu-8x-b300 19/19",
+                                                       "sig": "AAAA"}]),
+    "duplicate-keyids": lambda tmp, run: _envelope(tmp, [{"keyid": KEYID, "sig": "AAAA"}] * 2),
+    "100k-signatures": lambda tmp, run: _envelope(tmp, [{"keyid": "f00dfeed" * 8, "sig": "AAAA"}] * 100_000),
+    "duplicate-payload-key": lambda tmp, run: _envelope(
+        tmp, text='{{"payloadType": "{payloadType}", "payload": "{payload}", "payload": "e30=", "signatures": []}}'),
+    "duplicate-result-key": _duplicate_result,
+    "copied-run": _copied_run,
     "none": lambda tmp, run: None,
     "pickled-checkpoint": lambda tmp, run: _checkpoint(tmp, run, planted=True),
     "dcp-checkpoint": lambda tmp, run: _checkpoint(tmp, run, planted=False),
@@ -178,5 +232,8 @@ def test_corpus_covers_each_finding() -> None:
     names = {c[0] for c in load_cases()}
     for needed in ("pickle-in-checkpoint-resume", "docker-existing-out", "out-recipes-folder", "fifo-train-files",
                    "huge-png-image", "train-size-2e9", "compare-baseline-typo", "seed-overflow", "out-names-a-file",
-                   "set-trust-remote-code", "launcher-command-substitution"):
+                   "set-trust-remote-code", "launcher-command-substitution", "certificate-forged-own-pubkey",
+                   "certificate-forged-keyid", "certificate-keyid-newline", "certificate-duplicate-keyids",
+                   "certificate-100k-signatures", "certificate-duplicate-payload", "certificate-duplicate-result",
+                   "mlperf-check-relative-path"):
         assert needed in names, needed
