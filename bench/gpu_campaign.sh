@@ -9,7 +9,7 @@
 #   resume     the bitwise resume check alone (the reduced baseline already recorded)
 #   replay     the committed CPU baseline replayed on the GPU, fp32 and bf16
 #   certify    the gpu-1x-h200 certification suite, signed with a key made on the machine (only the public
-#              half is packed)
+#              half is packed, inside the certificate), then verified there by the keyid keygen printed
 # One summary line per item in $DEST/summary.txt. Items that would start after $DEADLINE (seconds since the
 # script started) are skipped and say so. With $PACK set, everything small (baselines, manifests, metrics,
 # verdicts, logs, the certificate) is packed into $PACK/<phases>.tgz at the end — the device returns few files.
@@ -83,9 +83,13 @@ for phase in "${phases[@]}"; do
           --tier replay --baseline baselines/qwen3_vl_30b/cpu-smoke.json --set model.dtype=$dtype \
           --out "$DEST/replay-cpu-baseline-$dtype"
       done ;;
-    certify)  # a key made here for this certificate: the private half never leaves the machine (not packed)
+    certify)  # a key made here for this certificate: the private half never leaves the machine (not packed);
+              # certify writes its public half into the certificate; the keyid (summary) is what readers trust
       "${H[@]}" keygen --out "$DEST/keys" >"$DEST/keygen.log" 2>&1
+      keyid=$(awk '/^keyid:/ {print $2}' "$DEST/keygen.log")
+      summary "keygen keyid=$keyid"
       item certify 540 "${H[@]}" certify gpu-1x-h200 --key "$DEST/keys/signing-key.pem" --out "$DEST/certificate" \
-        --quiet ;;
+        --quiet
+      item verify-certificate 120 "${H[@]}" verify-certificate "$DEST/certificate/certificate.json" --keyid "$keyid" ;;
   esac
 done

@@ -11,6 +11,16 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 
 
+def shown(text: object) -> str:
+    """``text`` safe to print: every control or other non-printable character escaped as Python would write it
+    (``\\n``, ``\\x1b``, ``\\u202e``), so a string read from a file can neither start a line of its own (a forged
+    ``VERIFIED …``) nor drive the terminal (ANSI escapes). Printable text, non-ASCII included, is kept as it is."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
+
+
 class HarnessError(Exception):
     """A user-facing error: ``file::key.path: message (fix: hint)``.
 
@@ -45,4 +55,4 @@ class HarnessError(Exception):
         text = f"{where}{self.message}"
         if self.fix:
             text += f" (fix: {self.fix})"
-        return " ".join(text.split())  # always exactly one line
+        return shown(" ".join(text.split()))  # always exactly one line, nothing that drives a terminal

@@ -5,12 +5,15 @@ recipe, safety pre-flight, the live machine compared with the profile (device mo
 driver and CUDA / CANN versions) — any problem refuses here, before a run directory exists (exit 2;
 safety findings exit 1). Then each entry runs (twice with a determinism repeat) inside the pinned
 image with ``--image``, else in this process or under torchrun as the recipe's world size needs, and
-is judged (:mod:`harness.judge.certify`). Written into ``--out``: ``certificate.json`` (an in-toto
-Statement in a DSSE envelope signed with ``--key``, or the bare Statement, UNSIGNED, without it;
-:mod:`harness.judge.attest`), ``certificate.html`` and ``system-description.json`` (MLPerf's system
-description fields; :mod:`harness.mlperf`). The ``system`` block is derived from what the runs'
-manifests recorded, so verification can re-derive it. A ``--key`` that cannot be used refuses
-before anything runs. Exit 0 when every check passes, 1 otherwise.
+is judged (:mod:`harness.judge.certify`). Written into ``--out`` (a new or empty directory): ``runs/``
+(every file the runs left, less the replay archives and checkpoints they keep to train on), ``inputs/``
+(a copy of every input file), ``system-description.json`` (MLPerf's system description fields;
+:mod:`harness.mlperf`), ``certificate.html``, then ``certificate.json`` (an in-toto Statement whose
+subjects are all of those files, in a DSSE envelope signed with ``--key``, or the bare Statement,
+UNSIGNED, without it; :mod:`harness.judge.attest`) and, when signed, the public half of the key
+(``signing-key.pub.pem``; readers trust it only through the keyid printed here). The ``system`` block is
+derived from what the runs' manifests recorded, so verification can re-derive it. A ``--key`` that cannot be
+used refuses before anything runs. Exit 0 when every check passes, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from typing import Any
 
 from harness import __version__
 from harness.config.schema import check
-from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
-from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
-from harness.judge.attest import load_signer, sign, statement
+from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError, shown
+from harness.jsonio import load_json_strict, write_bytes_atomic, write_json_atomic, write_text_atomic
+from harness.judge.attest import PUBLIC_KEY_FILE, load_signer, public_pem, sha256_regular, sign, statement
 from harness.judge.certify import (
     CERT_FILE,
     HTML_FILE,
@@ -142,8 +145,9 @@ def execute(args: argparse.Namespace) -> int:
     runtime, image, _ = _runtime(args.image, plans)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out or Path("runs") / f"certify-{args.profile}-{stamp}")
-    if (out / CERT_FILE).exists() or (out / "runs").exists():
-        raise HarnessError("directory already holds a certification", file=str(out), fix="choose another --out")
+    if out.is_symlink() or out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise HarnessError("is not a new or empty directory: every file of a certificate directory must be one "
+                           "the certificate signs", file=str(out), key_path="--out", fix="choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     checks: list[dict[str, Any]] = []
     entries, entry_runs = [], []
@@ -173,6 +177,7 @@ def execute(args: argparse.Namespace) -> int:
     if disagree:
         raise HarnessError("the runs did not all run on one system: " + "; ".join(disagree), file=str(out),
                            fix="certify on one machine and software stack", exit_code=EXIT_FINDINGS)
+    drop_training_state([d for _, dirs in entry_runs for d in dirs])
     system = derive_system(profile, [m for _, m in manifests], image)
     summary, result = summarize(checks)
     recipes = sorted({Path(p["res"].path).resolve() for p in plans})
@@ -188,23 +193,50 @@ def execute(args: argparse.Namespace) -> int:
         "results": result_digests(out, entry_runs), "summary": summary, "result": result,
     }
     check(doc, "certificate", str(out / CERT_FILE))
-    stmt = statement(doc)
-    package_inputs(doc["inputs"], ROOT, out)  # verifiable against these even after the repository moves on
-    write_json_atomic(out / CERT_FILE, sign(stmt, signer) if signer else stmt)
-    write_json_atomic(out / SYSTEM_DESC_FILE, system_description(doc))
-    write_text_atomic(out / HTML_FILE, render_html(doc))
+    write_certificate(out, doc, signer)
     for c in checks:
-        print(f"  {c['outcome'].upper():>4}  {c['entry']}  {c['name']}: {c['detail']}")
-    print(f"{result.upper()} certification of {args.profile}: {summary['checks'] - summary['failed']}/"
-          f"{summary['checks']} checks passed ({summary['not_applicable']} not applicable); "
-          f"certificate: {out / CERT_FILE}")
+        print(shown(f"  {c['outcome'].upper():>4}  {c['entry']}  {c['name']}: {c['detail']}"))
+    print(shown(f"{result.upper()} certification of {args.profile}: {summary['checks'] - summary['failed']}/"
+                f"{summary['checks']} checks passed ({summary['not_applicable']} not applicable); "
+                f"certificate: {out / CERT_FILE}"))
     if signer:
-        print(f"signed with keyid {signer.public_key.keyid} ({args.key}); readers verify it with "
-              f"`harness verify-certificate {out / CERT_FILE} --pubkey <your signing-key.pub.pem>`")
+        keyid = signer.public_key.keyid
+        print(shown(f"signed with keyid {keyid} ({args.key}; its public half: {out / PUBLIC_KEY_FILE}); publish "
+                    f"the keyid apart from the certificate (your site, a release): readers verify with "
+                    f"`harness verify-certificate {out / CERT_FILE} --keyid {keyid}`"))
     else:
         print("warning: the certificate is UNSIGNED: anyone can edit it and recompute its digests; sign it with "
               "--key (make a key with `harness keygen --out DIR`)", file=sys.stderr)
     return EXIT_OK if result == "pass" else EXIT_FINDINGS
+
+
+def drop_training_state(run_dirs: list[Path]) -> None:
+    """Remove what the runs kept to train on, not as evidence: the replay archives (``rollouts/``: the initial
+    policy and every step's rollouts, kept for recording a baseline) and any checkpoint. The checks read the
+    manifest, metrics, verdict and MLPerf log; every file left is digested and signed."""
+    import shutil
+
+    from harness.core.replay import STEP_DIR
+    from harness.run.checkpoint import CKPT_DIR
+
+    for d in run_dirs:
+        for name in (STEP_DIR, CKPT_DIR):
+            if (d / name).is_dir() and not (d / name).is_symlink():
+                shutil.rmtree(d / name)
+
+
+def write_certificate(out: Path, doc: dict[str, Any], signer: Any = None) -> None:
+    """Everything of a certificate beside its runs: the copy of the inputs (verifiable against these even after
+    the repository moves on), the system description and the page (written from ``doc``), then
+    ``certificate.json``, whose Statement names every one of those files and every run file as a subject,
+    signed by ``signer`` (bare, UNSIGNED, without), and the signer's public key."""
+    package_inputs(doc["inputs"], ROOT, out)
+    write_json_atomic(out / SYSTEM_DESC_FILE, system_description(doc))
+    write_text_atomic(out / HTML_FILE, render_html(doc))
+    stmt = statement(doc, [(name, sha256_regular(out / name)) for name in (SYSTEM_DESC_FILE, HTML_FILE)])
+    write_json_atomic(out / CERT_FILE, sign(stmt, signer) if signer else stmt)
+    if signer:
+        write_bytes_atomic(out / PUBLIC_KEY_FILE, public_pem(signer))
 
 
 # ----------------------------------------------------------------------------- HTML

@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, shown
 from harness.judge.compare import TIER_ORDER, Verdict, judge
 
 HELP = "Judge a finished run (or another trainer's log: --log verl:FILE) against its baseline; write verdict.json."
@@ -65,12 +65,12 @@ def execute(args: argparse.Namespace) -> int:
 
 def _print(verdict: Verdict) -> None:
     summary = verdict.summary_line()
-    print(summary, flush=True)
+    print(shown(summary), flush=True)  # record content (metric names, recipe names) is printed escaped
     for line in verdict.reasons if verdict.status == "fail" else []:
-        sys.stderr.write(f"  {line}\n")
+        sys.stderr.write(f"  {shown(line)}\n")
     for line in verdict.notices:
         if line not in summary:
-            sys.stderr.write(f"notice: {line}\n")
+            sys.stderr.write(f"notice: {shown(line)}\n")
 
 
 def _execute_log(args: argparse.Namespace) -> int:

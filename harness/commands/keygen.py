@@ -1,8 +1,9 @@
 """`harness keygen --out DIR [--force]`: an ed25519 key pair for signing certificates.
 
 Writes ``DIR/signing-key.pem`` (the private key, PKCS#8 PEM, created mode 0600) and
-``DIR/signing-key.pub.pem`` (the public key to publish), and prints the keyid that signed
-certificates carry. An existing key is never overwritten without ``--force``.
+``DIR/signing-key.pub.pem`` (the public key; ``certify`` writes it beside the certificate), and prints
+the keyid: the fingerprint to publish apart from the certificates, the only thing a verifier trusts. An
+existing key is never overwritten without ``--force``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def execute(args: argparse.Namespace) -> int:
 
     priv, pub, keyid = keygen(args.out, force=args.force)
     print(f"private key: {priv} (mode 0600; keep it secret: `harness certify PROFILE --key {priv}`)")
-    print(f"public key:  {pub} (publish it; readers run `harness verify-certificate FILE --pubkey {pub.name}`)")
-    print(f"keyid:       {keyid}")
+    print(f"public key:  {pub} (certify puts it beside the certificate; readers trust it only through the keyid)")
+    print(f"keyid:       {keyid} (publish it apart from your certificates: your site, a release; readers run "
+          f"`harness verify-certificate FILE --keyid {keyid}`)")
     return EXIT_OK

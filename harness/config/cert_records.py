@@ -88,9 +88,10 @@ class DigestInput(Doc):
 
 
 class DigestResult(Doc):
-    """A digested result file, relative to the certificate's directory."""
+    """A digested result file, relative to the certificate's directory: every file a run left."""
 
-    role: Literal["manifest", "metrics", "verdict"] = field("What this file is.")
+    role: Literal["manifest", "metrics", "verdict", "mlperf-log", "other"] = field(
+        "What this file is (other: any further file the run left, e.g. INCOMPLETE after a failure).")
     entry: str = field("Suite entry id.", pattern=ENTRY_ID)
     path: str = field("File relative to the certificate's directory.", pattern=REL_PATH)
     sha256: str = field("SHA-256 of the file's bytes.", pattern=SHA256)
@@ -189,8 +190,9 @@ class Certificate(Doc):
                            "from the profile. verify-certificate re-derives it.")
     entries: list[EntryRun] = field("Entries as run.", min_length=1)
     checks: list[CertCheck] = field("Every check, in entry order.", min_length=1)
-    inputs: list[DigestInput] = field("Digests of every input.", min_length=1)
-    results: list[DigestResult] = field("Digests of every result file the runs wrote (a run that failed to start "
-                                        "has none).")
+    inputs: list[DigestInput] = field("Digests of every input (their copies under the certificate's inputs/ are "
+                                      "subjects of the signed Statement with the same digests).", min_length=1)
+    results: list[DigestResult] = field("Digests of every file under the runs' directories (a run that failed to "
+                                        "start has none).")
     summary: Summary = field("Counts.")
     result: Literal["pass", "fail"] = field("pass when no check failed; re-derived by verify-certificate.")

@@ -2,9 +2,11 @@
 
 A certificate is an in-toto Statement v1 (https://in-toto.io/Statement/v1):
 
-- ``subject``: every file the certificate digests, results (paths relative to the certificate's
-  directory) and inputs (paths relative to the repository root), each ``{"name", "digest":
-  {"sha256"}}``;
+- ``subject``: every file of the certificate's directory, named by its path relative to that directory,
+  ``{"name", "digest": {"sha256"}}``: the run files (``runs/…``, the predicate's ``results``), the copy of
+  every input file (``inputs/<path>``, with the digest the predicate gives the input) and the documents
+  written from the predicate (:data:`DOCUMENTS`: ``system-description.json``, ``certificate.html``). Only
+  ``certificate.json`` itself and the public key beside it (``signing-key.pub.pem``) are not subjects;
 - ``predicateType``: :data:`PREDICATE_TYPE`, the id of the harness's ``certificate`` schema (the
   predicate is a document valid against ``schemas/v1/certificate.schema.json``);
 - ``predicate``: the certificate content (system, checks, digests, result).
@@ -16,6 +18,12 @@ written bare and every reader is told it is UNSIGNED. Signing and verifying use 
 ``Envelope`` and ``CryptoSigner`` / ``SSlibKey`` (pyca/cryptography underneath); the keyid is
 securesystemslib's default (SHA-256 of the canonical public-key document).
 
+Trust comes from the keyid alone (:func:`trusted_key`): the certifier publishes it out of band, and a
+public key counts only when its keyid is that one — a key shipped beside a certificate is the
+certificate's own claim. An envelope carries at most :data:`MAX_SIGNATURES` signatures, each keyid 64
+lowercase hex digits and none twice (refused before any signature is decoded); only the trusted keyid's
+signature is verified, and only it is ever named.
+
 Every file read here is a regular file of bounded size, opened without blocking (a FIFO or a
 device is refused, never read); nothing read is unpickled or executed.
 """
@@ -26,13 +34,14 @@ import base64
 import binascii
 import hashlib
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.config.schema_defs import SCHEMA_BASE
-from harness.errors import HarnessError
+from harness.errors import EXIT_USAGE, HarnessError
 from harness.jsonio import dumps, loads_strict
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -40,9 +49,15 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 PREDICATE_TYPE = SCHEMA_BASE + "certificate.schema.json"
 PRIVATE_KEY_FILE = "signing-key.pem"
 PUBLIC_KEY_FILE = "signing-key.pub.pem"
+INPUTS_DIR = "inputs"  # beside certificate.json: a copy of every input file, as certified
+DOCUMENTS = ("system-description.json", "certificate.html")  # written from the predicate, subjects of the Statement
+KEYID_RE = re.compile(r"[0-9a-f]{64}")
+SHA256_RE = KEYID_RE
+MAX_SIGNATURES = 16  # checked before any signature is decoded or verified
 KEY_LIMIT = 64 * 1024
 CERT_LIMIT = 64 * 1024 * 1024
 DIGEST_LIMIT = 4 * 1024 * 1024 * 1024
+WALK_LIMIT = 100_000  # entries under a certificate directory; a real one holds a few hundred
 
 
 # ----------------------------------------------------------------------------- bounded reads
@@ -107,7 +122,6 @@ def _write_new(path: Path, data: bytes, mode: int, force: bool) -> None:
 
 def keygen(out_dir: Path, *, force: bool = False) -> tuple[Path, Path, str]:
     """A new ed25519 key pair in ``out_dir``: (private key path, public key path, keyid)."""
-    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
     from securesystemslib.signer import CryptoSigner
 
     out_dir = Path(out_dir)
@@ -120,10 +134,16 @@ def keygen(out_dir: Path, *, force: bool = False) -> tuple[Path, Path, str]:
                            key_path="--out", fix="choose another --out, or --force to replace the key pair")
     out_dir.mkdir(parents=True, exist_ok=True)
     signer = CryptoSigner.generate_ed25519()
-    pem = signer._private_key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
     _write_new(priv, signer.private_bytes, 0o600, force)
-    _write_new(pub, pem, 0o644, force)
+    _write_new(pub, public_pem(signer), 0o644, force)
     return priv, pub, signer.public_key.keyid
+
+
+def public_pem(signer: Any) -> bytes:
+    """The public half of a CryptoSigner's ed25519 key, as the PEM ``keygen`` writes."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    return signer._private_key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
 
 
 def load_signer(path: Path) -> Any:
@@ -168,15 +188,20 @@ def load_public_key(path: Path) -> Any:
 
 
 # ----------------------------------------------------------------------------- statements and envelopes
-def subjects(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """One subject per digested file of a certificate document: results, then inputs."""
+def subjects(doc: dict[str, Any], docs: list[tuple[str, str]] | tuple[()] = ()) -> list[dict[str, Any]]:
+    """The Statement's subjects: every file of the certificate's directory (path relative to it) with its digest,
+    in order: the results the predicate digests, the copy of every input file (``inputs/<path>``, the input's
+    digest) and the ``docs`` written from the predicate (``(name, sha256)``: the system description and the
+    page). Only ``certificate.json`` itself and the public key beside it are not subjects."""
     files = [(r["path"], r["sha256"]) for r in doc["results"]]
-    files += [(i["path"], i["sha256"]) for i in doc["inputs"] if i["path"] is not None]
+    files += [(f"{INPUTS_DIR}/{i['path']}", i["sha256"]) for i in doc["inputs"] if i["path"] is not None]
+    files += list(docs)
     return [{"name": name, "digest": {"sha256": digest}} for name, digest in files]
 
 
-def statement(doc: dict[str, Any]) -> dict[str, Any]:
-    return {"_type": STATEMENT_TYPE, "subject": subjects(doc), "predicateType": PREDICATE_TYPE, "predicate": doc}
+def statement(doc: dict[str, Any], docs: list[tuple[str, str]] | tuple[()] = ()) -> dict[str, Any]:
+    return {"_type": STATEMENT_TYPE, "subject": subjects(doc, docs), "predicateType": PREDICATE_TYPE,
+            "predicate": doc}
 
 
 def sign(stmt: dict[str, Any], signer: Any) -> dict[str, Any]:
@@ -190,7 +215,8 @@ def sign(stmt: dict[str, Any], signer: Any) -> dict[str, Any]:
 
 @dataclass
 class Opened:
-    """A certificate file opened: the Statement, and the envelope when it is signed."""
+    """A certificate file opened: the Statement, and the envelope when it is signed. ``keyids`` are the keyids the
+    envelope claims (unique, 64 lowercase hex digits; none of them is verified: never print them as signers)."""
 
     statement: dict[str, Any]
     envelope: Any = None  # securesystemslib Envelope, None when unsigned
@@ -210,32 +236,64 @@ def _b64(value: Any, name: str, ptr: str) -> bytes:
         raise HarnessError("not valid base64", file=name, key_path=ptr, fix="give the envelope certify wrote") from None
 
 
+def _parse(text: str, name: str) -> Any:
+    """Strict JSON; any refusal (a duplicate key included) means the file is not a certificate: exit 2."""
+    try:
+        return loads_strict(text, name)
+    except HarnessError as err:
+        err.exit_code = EXIT_USAGE
+        raise
+
+
+def _signatures(sigs: Any, name: str) -> dict[str, Any]:
+    """keyid -> Signature of the envelope's entries: at most MAX_SIGNATURES (counted before anything else is
+    done with them), each ``{keyid, sig}`` with a keyid of 64 lowercase hex digits, no keyid twice."""
+    from securesystemslib.signer import Signature
+
+    fix = "give the envelope certify wrote"
+    if not isinstance(sigs, list):
+        raise HarnessError("envelope signatures must be a list of {keyid, sig}", file=name, key_path="/signatures",
+                           fix=fix)
+    if len(sigs) > MAX_SIGNATURES:
+        raise HarnessError(f"{len(sigs):,} signatures, more than the {MAX_SIGNATURES} a certificate may carry",
+                           file=name, key_path="/signatures", fix=fix)
+    out: dict[str, Any] = {}
+    for i, s in enumerate(sigs):
+        ptr = f"/signatures/{i}"
+        if not isinstance(s, dict) or set(s) != {"keyid", "sig"}:
+            raise HarnessError("a signature must be exactly {keyid, sig}", file=name, key_path=ptr, fix=fix)
+        if not isinstance(s["keyid"], str) or not KEYID_RE.fullmatch(s["keyid"]):
+            raise HarnessError("keyid is not 64 lowercase hex digits", file=name, key_path=f"{ptr}/keyid", fix=fix)
+        if s["keyid"] in out:
+            first = list(out).index(s["keyid"])
+            raise HarnessError(f"the keyid of /signatures/{first} again: one signature per key", file=name,
+                               key_path=f"{ptr}/keyid", fix=fix)
+        out[s["keyid"]] = Signature(s["keyid"], _b64(s["sig"], name, f"{ptr}/sig").hex())
+    return out
+
+
 def open_certificate(path: Path) -> Opened:
     """Read a certificate (a DSSE envelope, or a bare unsigned Statement); exit 2 when it is neither."""
     from securesystemslib.dsse import Envelope
-    from securesystemslib.signer import Signature
 
     name = str(path)
     raw = read_regular(Path(path), CERT_LIMIT, "certificate")
     try:
-        doc = loads_strict(raw.decode("utf-8"), name)
+        doc = _parse(raw.decode("utf-8"), name)
     except UnicodeDecodeError as err:
         raise HarnessError(f"not UTF-8 text (byte {err.start})", file=name, fix="give certificate.json") from None
     if isinstance(doc, dict) and "payloadType" in doc:
         if doc["payloadType"] != PAYLOAD_TYPE:
             raise HarnessError(f"envelope payloadType is {doc['payloadType']!r}, not {PAYLOAD_TYPE!r}", file=name,
                                key_path="/payloadType", fix="give a certificate written by `harness certify`")
-        sigs = doc.get("signatures")
-        if not isinstance(sigs, list) or not all(isinstance(s, dict) and isinstance(s.get("keyid"), str)
-                                                 for s in sigs):
-            raise HarnessError("envelope signatures must be a list of {keyid, sig}", file=name,
-                               key_path="/signatures", fix="give the envelope certify wrote")
+        extra = sorted(set(doc) - {"payloadType", "payload", "signatures"})
+        if extra:
+            raise HarnessError(f"unexpected envelope key {extra[0]!r}", file=name, key_path="",
+                               fix="give the envelope certify wrote (payloadType, payload, signatures)")
+        signatures = _signatures(doc.get("signatures"), name)
         payload = _b64(doc.get("payload"), name, "/payload")
-        signatures = {}
-        for i, s in enumerate(sigs):
-            signatures[s["keyid"]] = Signature(s["keyid"], _b64(s.get("sig"), name, f"/signatures/{i}/sig").hex())
         try:
-            stmt = loads_strict(payload.decode("utf-8"), f"{name}::/payload")
+            stmt = _parse(payload.decode("utf-8"), f"{name}::/payload")
         except UnicodeDecodeError:
             raise HarnessError("payload is not UTF-8 JSON", file=name, key_path="/payload",
                                fix="give the envelope certify wrote") from None
@@ -253,34 +311,163 @@ def open_certificate(path: Path) -> Opened:
     return opened
 
 
+# ----------------------------------------------------------------------------- trust
+def trusted_key(cert_path: Path, pubkey: Path | None, keyid: str | None) -> tuple[Any, Path | None, list[str]]:
+    """(key, its file, problems): the public key the verifier trusts, through ``keyid`` only.
+
+    The keyid (SHA-256 of the key) is what the certifier publishes out of band; a public key file proves nothing
+    by itself (anyone can sign a certificate with a key of their own and ship that key beside it). ``pubkey``
+    defaults to the key beside the certificate and must have ``keyid``. No keyid and no key: (None, None, []) —
+    the signature is not checked. Exit 2 for a malformed keyid, a key without a keyid, or no key to be found.
+    """
+    if keyid is None:
+        if pubkey is None:
+            return None, None, []
+        inside = Path(pubkey).resolve().parent == Path(cert_path).resolve().parent
+        raise HarnessError(("the key in the certificate's own directory is the certificate's claim, not a trust "
+                            "anchor" if inside else "a public key alone proves nothing: anyone can sign with a key of "
+                            "their own and hand it out") + "; it is trusted only through the keyid its owner "
+                           "published", file=str(pubkey), key_path="--pubkey",
+                           fix="add --keyid KEYID, the 64-hex keyid the certifier published (their site, a release, "
+                               "this project's README), never one read from the certificate or its directory")
+    want = keyid.strip().lower()
+    if not KEYID_RE.fullmatch(want):
+        raise HarnessError("not a keyid (64 hex digits)", key_path="--keyid",
+                           fix="give the full keyid the certifier published (`harness keygen` and `harness certify` "
+                               "print it)")
+    path = Path(pubkey) if pubkey is not None else Path(cert_path).resolve().parent / PUBLIC_KEY_FILE
+    if pubkey is None and not path.exists():
+        raise HarnessError(f"no {PUBLIC_KEY_FILE} beside the certificate", file=str(path), key_path="--pubkey",
+                           fix="give --pubkey with the certifier's public key (its keyid must be --keyid)")
+    key = load_public_key(path)
+    if key.keyid != want:
+        return None, path, [f"{path}: the public key is not the key of the trusted keyid {want} (its keyid "
+                            "differs): not the certifier's key, so nothing it signed is trusted"]
+    return key, path, []
+
+
 def signature_problems(opened: Opened, pubkey: Any, name: str, pub_name: str) -> list[str]:
-    """Why the signature does not bind the certificate to ``pubkey`` (empty = it does)."""
-    from securesystemslib.exceptions import VerificationError
+    """Why the signature does not bind the certificate to ``pubkey``, the trusted key (empty = it does). Only the
+    trusted keyid is named: the keyids the envelope claims are not verified."""
+    from securesystemslib.exceptions import UnverifiedSignatureError, VerificationError
 
     if not opened.signed or not opened.keyids:
-        return [f"{name}: UNSIGNED: the certificate carries no signature, so nothing binds it to the key in "
-                f"{pub_name} (keyid {pubkey.keyid}); anyone could have written it"]
+        return [f"{name}: UNSIGNED: the certificate carries no signature, so nothing binds it to the trusted key "
+                f"{pubkey.keyid} ({pub_name}); anyone could have written it"]
     if pubkey.keyid not in opened.keyids:
-        return [f"{name}::/signatures: signed by keyid {', '.join(opened.keyids)}, not by the key in {pub_name} "
-                f"(keyid {pubkey.keyid}): signed with another key"]
+        n = len(opened.keyids)
+        return [f"{name}::/signatures: no signature by the trusted keyid {pubkey.keyid} ({pub_name}); its "
+                f"{n} signature{'s are' if n > 1 else ' is'} by another key"]
     try:
-        opened.envelope.verify([pubkey], 1)
-    except VerificationError:
+        pubkey.verify_signature(opened.envelope.signatures[pubkey.keyid], opened.envelope.pae())
+    except (UnverifiedSignatureError, VerificationError):
         return [f"{name}::/signatures: the signature of keyid {pubkey.keyid} does not match the payload: the "
                 "certificate was changed after it was signed"]
     return []
 
 
 def subject_problems(opened: Opened, name: str) -> list[str]:
-    """The Statement's subjects must be exactly the digests its predicate lists."""
+    """The Statement's subjects must be exactly the predicate's files (:func:`subjects`) followed by the
+    :data:`DOCUMENTS`, each with a SHA-256."""
     stmt = opened.statement
-    want = subjects(stmt["predicate"]) if all(k in stmt["predicate"] for k in ("inputs", "results")) else None
-    if want is None:
+    docs = documents(opened)
+    missing = [d for d in DOCUMENTS if d not in docs]
+    if missing:
+        return [f"{name}::/subject: no subject for {missing[0]}: a file certify writes is not covered"]
+    try:
+        want = subjects(stmt["predicate"], [(d, docs[d]) for d in DOCUMENTS])
+    except (KeyError, TypeError):
         return []  # the predicate's schema check reports it
-    if stmt.get("subject") != want:
-        got: list[Any] = stmt["subject"] if isinstance(stmt.get("subject"), list) else []
+    got = stmt.get("subject")
+    if got != want:
+        got = got if isinstance(got, list) else []
         have = {(s.get("name"), str(s.get("digest"))) for s in got if isinstance(s, dict)}
         diff = [s["name"] for s in want if (s["name"], str(s["digest"])) not in have]
-        return [f"{name}::/subject: the subjects differ from the predicate's digests"
-                + (f" (first: {diff[0]})" if diff else f" ({len(got)} subjects, {len(want)} digests)")]
+        return [f"{name}::/subject: the subjects differ from the predicate's files"
+                + (f" (first: {diff[0]})" if diff else f" ({len(got)} subjects, {len(want)} files)")]
     return []
+
+
+def documents(opened: Opened) -> dict[str, str]:
+    """name -> sha256 of the :data:`DOCUMENTS` among the Statement's subjects (those with a well-formed digest)."""
+    out: dict[str, str] = {}
+    got = opened.statement.get("subject")
+    for s in got if isinstance(got, list) else []:
+        digest = s.get("digest") if isinstance(s, dict) else None
+        sha = digest.get("sha256") if isinstance(digest, dict) else None
+        if s.get("name") in DOCUMENTS and isinstance(sha, str) and SHA256_RE.fullmatch(sha):
+            out.setdefault(s["name"], sha)
+    return out
+
+
+# ----------------------------------------------------------------------------- the certificate's directory
+def expected_files(doc: dict[str, Any], opened: Opened, name: str) -> dict[str, tuple[str, str]]:
+    """Every file the certificate's directory must hold -> (sha256, where the digest is given)."""
+    out: dict[str, tuple[str, str]] = {}
+    for i, item in enumerate(doc["results"]):
+        out.setdefault(item["path"], (item["sha256"], f"{name}::/results/{i}"))
+    for i, item in enumerate(doc["inputs"]):
+        if item["path"] is not None:
+            out.setdefault(f"{INPUTS_DIR}/{item['path']}", (item["sha256"], f"{name}::/inputs/{i} (its copy)"))
+    for doc_name, sha in documents(opened).items():
+        out.setdefault(doc_name, (sha, f"{name}::/subject ({doc_name})"))
+    return out
+
+
+def directory_problems(cert_dir: Path, cert_name: str, want: dict[str, tuple[str, str]]) -> tuple[int, list[str]]:
+    """(files checked, problems): every entry under ``cert_dir`` is a directory or a regular file that is a subject
+    (``cert_name`` and the public key aside), and every subject is there with its digest."""
+    out: list[str] = []
+    seen: set[str] = set()
+    count = 0
+    stack = [cert_dir]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as err:
+            out.append(f"{d}: cannot list the certificate's directory ({err.strerror})")
+            continue
+        subdirs: list[Path] = []
+        for e in entries:
+            count += 1
+            if count > WALK_LIMIT:
+                return len(seen), out + [f"{cert_dir}: more than {WALK_LIMIT:,} entries: not a certificate directory"]
+            relpath = Path(e.path).relative_to(cert_dir).as_posix()
+            try:
+                mode = e.stat(follow_symlinks=False).st_mode
+            except OSError as err:
+                out.append(f"{cert_dir}: {relpath}: cannot read it ({err.strerror})")
+                continue
+            if stat.S_ISLNK(mode):
+                out.append(f"{cert_dir}: {relpath} is a symbolic link: a certificate directory holds regular files "
+                           "only")
+            elif stat.S_ISDIR(mode):
+                subdirs.append(Path(e.path))
+            elif relpath in (cert_name, PUBLIC_KEY_FILE):
+                continue
+            elif relpath not in want:
+                out.append(f"{cert_dir}: {relpath} is not a signed subject of the certificate: a file it does not "
+                           "cover (fix: remove it; a certificate directory holds only what certify wrote)")
+            elif not stat.S_ISREG(mode):
+                out.append(f"{want[relpath][1]}: {relpath} is not a regular file")
+                seen.add(relpath)
+            else:
+                seen.add(relpath)
+                out += digest_problem(cert_dir, relpath, *want[relpath])
+        stack += reversed(subdirs)  # depth first, in name order
+    for relpath, (_, where) in want.items():
+        if relpath not in seen and not (cert_dir / relpath).is_symlink():
+            out.append(f"{where}: missing file {relpath} (under {cert_dir})")
+    return len(seen), out
+
+
+def digest_problem(base: Path, path: str, want: str, where: str) -> list[str]:
+    if not (base / path).exists():
+        return [f"{where}: missing file {path} (under {base})"]
+    try:
+        got = sha256_regular(base / path)
+    except HarnessError as err:
+        return [f"{where}: cannot digest {path}: {err.message}"]
+    return [] if got == want else [f"{where}: digest mismatch for {path}"]

@@ -17,15 +17,31 @@ here turn the run directories into numbers:
   not bitwise equal must be 0 (not applicable when the resolved recipe is not deterministic).
 
 A certificate (schema ``certificate``) stores every check with its numbers and SHA-256 digests of
-every input (paths relative to the repository root) and result (relative to the certificate's
-directory). :func:`verify` recomputes the digests, re-derives every check from the files and the
-overall result from the checks, and names each discrepancy.
+every input (paths relative to the repository root, copied into the certificate's ``inputs/``) and
+every file the runs left (relative to the certificate's directory). :func:`verify` lists every
+discrepancy as ``FILE::/pointer: message``:
+
+- trust: the signature is checked only against the key of the keyid the user gives (``--keyid``, published
+  by the certifier out of band; the key file defaults to the one beside the certificate and must have that
+  keyid; :func:`harness.judge.attest.trusted_key`);
+- files: every file under the certificate's directory is a subject of the signed Statement (only
+  ``certificate.json`` itself and ``signing-key.pub.pem`` are not), the directory holds nothing else — no
+  symbolic link, nothing but regular files — and every subject is there with its digest: the run files
+  (``runs/…``), the copy of the inputs (``inputs/…``), ``system-description.json`` and ``certificate.html``
+  (:func:`harness.judge.attest.directory_problems`);
+- inputs: against ``root`` (default: the certificate's own ``inputs/`` copy; ``--root CHECKOUT`` asks whether a
+  checkout still holds the files certified);
+- contents: every check re-derived from the run files, baselines, suite and profile, the ``system`` block from
+  the runs' manifests, the summary and the result from the checks.
+
+Every line it returns may quote what the files hold: print it with :func:`harness.errors.shown`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +49,17 @@ from typing import Any
 from harness.config.schema import check, schema_errors
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_bytes_atomic, write_json_atomic
-from harness.judge.attest import load_public_key, open_certificate, sha256_regular, signature_problems, subject_problems
+from harness.judge.attest import (
+    INPUTS_DIR,
+    digest_problem,
+    directory_problems,
+    expected_files,
+    open_certificate,
+    sha256_regular,
+    signature_problems,
+    subject_problems,
+    trusted_key,
+)
 from harness.judge.baseline import (
     DEFAULT_POLICY,
     MEMORY_METRIC,
@@ -51,7 +77,8 @@ HTML_FILE = "certificate.html"
 MFU_METRIC = "perf/mfu"
 TIER_GROUPS = {"exact": ("exact", "band", "statistical"), "band": ("band", "statistical"),
                "statistical": ("statistical",)}
-RESULT_FILES = (("manifest", "manifest.json"), ("metrics", "metrics.jsonl"), ("verdict", "verdict.json"))
+RESULT_FILES = (("manifest", "manifest.json"), ("metrics", "metrics.jsonl"), ("verdict", "verdict.json"),
+                ("mlperf-log", "mlperf.log"))  # any other file a run leaves (INCOMPLETE, …) is role "other"
 
 
 # ----------------------------------------------------------------------------- files and digests
@@ -356,7 +383,7 @@ def first_difference(recorded: Any, derived: Any, ptr: str = "") -> tuple[str, A
             if diff:
                 return diff
         return None
-    return None if _same(recorded, derived) and type(recorded) is type(derived) else (ptr, recorded, derived)
+    return None if same_value(recorded, derived) and type(recorded) is type(derived) else (ptr, recorded, derived)
 
 
 # ----------------------------------------------------------------------------- digests
@@ -377,36 +404,26 @@ def input_digests(root: Path, suite_file: Path, profile_file: Path, recipes: lis
 
 
 def result_digests(cert_dir: Path, entry_runs: list[tuple[str, list[Path]]]) -> list[dict[str, Any]]:
+    """A digest of every file under every run directory (so every file certify leaves is a signed subject)."""
+    roles = {name: role for role, name in RESULT_FILES}
     out = []
     for entry_id, dirs in entry_runs:
         for d in dirs:
-            for role, name in RESULT_FILES:
-                if (d / name).is_file():
-                    out.append({"role": role, "entry": entry_id, "path": rel(d / name, cert_dir),
-                                "sha256": sha256_file(d / name)})
+            for dirpath, dirnames, filenames in os.walk(d):
+                dirnames.sort()
+                for name in sorted(filenames):
+                    path = Path(dirpath) / name
+                    role = roles.get(name, "other") if Path(dirpath) == d else "other"
+                    out.append({"role": role, "entry": entry_id, "path": rel(path, cert_dir),
+                                "sha256": sha256_file(path)})
     return out
 
 
 # ----------------------------------------------------------------------------- verification
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, (int, float)) or isinstance(b, float) and isinstance(a, (int, float)):
         return float(a).hex() == float(b).hex()
     return a == b
-
-
-@dataclass
-class Verification:
-    """What verify-certificate found: the problems (empty = contents hold) and how the file is signed."""
-
-    problems: list[str]
-    doc: dict[str, Any]
-    signed: bool
-    keyids: list[str]
-    signature_checked: bool
-    root: Path  # what the inputs were checked against
-
-
-INPUTS_DIR = "inputs"  # beside certificate.json: a copy of every input file, as certified
 
 
 def package_inputs(inputs: list[dict[str, Any]], root: Path, out: Path) -> None:
@@ -417,54 +434,75 @@ def package_inputs(inputs: list[dict[str, Any]], root: Path, out: Path) -> None:
             write_bytes_atomic(out / INPUTS_DIR / item["path"], (root / item["path"]).read_bytes())
 
 
+# ----------------------------------------------------------------------------- verification
+@dataclass
+class Verification:
+    """What verify-certificate found: the problems (empty = contents hold) and how the file is signed."""
+
+    problems: list[str]
+    doc: dict[str, Any]
+    signed: bool
+    signatures: int  # how many the envelope carries (none of them verified unless ``verified_keyid``)
+    verified_keyid: str | None  # the trusted keyid whose signature was checked (None: not checked)
+    root: Path  # what the inputs were checked against
+    files: int = 0  # files of the directory checked against their signed digests
+
+    @property
+    def signature_checked(self) -> bool:
+        return self.verified_keyid is not None
+
+
 def default_root(cert_path: Path) -> Path:
     """The certificate's own copy of its inputs when it has one, else this checkout."""
     packaged = Path(cert_path).resolve().parent / INPUTS_DIR
     return packaged if packaged.is_dir() else ROOT
 
 
-def verify(cert_path: Path, root: Path | None = None, pubkey: Path | None = None) -> Verification:
-    """Open a certificate (DSSE envelope or bare Statement) and list every discrepancy as
-    ``FILE::/pointer: message``: the signature against ``pubkey`` (when given), the subjects, every
-    digest, every re-derived check, the system block against the runs' manifests, summary and result.
+def verify(cert_path: Path, root: Path | None = None, pubkey: Path | None = None,
+           keyid: str | None = None) -> Verification:
+    """Every discrepancy of the certificate at ``cert_path`` (see the module docstring). The signature is checked
+    when ``keyid`` is given (against ``pubkey``, default the key beside the certificate).
 
-    Raises HarnessError (exit 2) when the file is not a certificate or a key is unreadable.
+    Raises HarnessError (exit 2) when the file is not a certificate, the keyid is malformed, ``pubkey`` comes
+    without a keyid, or the key is unreadable.
     """
     root = Path(root) if root else default_root(cert_path)
     name = str(cert_path)
     opened = open_certificate(Path(cert_path))
-    key = load_public_key(pubkey) if pubkey is not None else None
+    key, key_path, problems = trusted_key(Path(cert_path), pubkey, keyid)
     if not root.is_dir():
         raise HarnessError("repository root not found", file=str(root), key_path="--root", fix="give a checkout")
     doc = opened.statement["predicate"]
-    problems = signature_problems(opened, key, name, str(pubkey)) if key is not None else []
-    result = Verification(problems, doc, opened.signed, opened.keyids, key is not None, root)
+    if key is not None:
+        problems += signature_problems(opened, key, name, str(key_path))
+    verified = key.keyid if key is not None and not problems else None
+    result = Verification(problems, doc, opened.signed, len(opened.keyids), verified, root)
     errs = schema_errors(doc, "certificate")
     if errs:
         problems += [f"{name}::{ptr}: certificate fails its schema: {msg} (fix: {fix})" for ptr, msg, fix in errs]
         return result
     problems += subject_problems(opened, name)
     cert_dir = Path(cert_path).resolve().parent
-    for i, item in enumerate(doc["inputs"]):
-        if item["path"] is None:
-            if item["value"] is None or sha256_text(item["value"]) != item["sha256"]:
-                problems.append(f"{name}::/inputs/{i}: digest mismatch for the {item['role']} value {item['value']!r}")
-        else:
-            problems += _digest_problem(root, item["path"], item["sha256"], f"{name}::/inputs/{i}")
-    for i, item in enumerate(doc["results"]):
-        problems += _digest_problem(cert_dir, item["path"], item["sha256"], f"{name}::/results/{i}")
+    problems += input_problems(doc, root, cert_dir, name)
+    found, file_problems = directory_problems(cert_dir, Path(cert_path).name, expected_files(doc, opened, name))
+    problems += file_problems
+    result.files = found
     problems += _rederive(doc, root, cert_dir, name)
     return result
 
 
-def _digest_problem(base: Path, path: str, want: str, where: str) -> list[str]:
-    if not (base / path).exists():
-        return [f"{where}: missing file {path} (under {base})"]
-    try:
-        got = sha256_file(base / path)
-    except HarnessError as err:
-        return [f"{where}: cannot digest {path}: {err.message}"]
-    return [] if got == want else [f"{where}: digest mismatch for {path}"]
+def input_problems(doc: dict[str, Any], root: Path, cert_dir: Path, name: str) -> list[str]:
+    """The literal inputs (image id) against their digests; the input files against ``root`` unless ``root`` is the
+    certificate's own copy (a subject: :func:`harness.judge.attest.directory_problems` checks it)."""
+    packaged = root.resolve() == (cert_dir / INPUTS_DIR).resolve()
+    out = []
+    for i, item in enumerate(doc["inputs"]):
+        if item["path"] is None:
+            if item["value"] is None or sha256_text(item["value"]) != item["sha256"]:
+                out.append(f"{name}::/inputs/{i}: digest mismatch for the {item['role']} value {item['value']!r}")
+        elif not packaged:
+            out += digest_problem(root, item["path"], item["sha256"], f"{name}::/inputs/{i}")
+    return out
 
 
 def _system_problems(doc: dict[str, Any], profile: dict[str, Any], cert_dir: Path, name: str) -> list[str]:
@@ -491,7 +529,6 @@ def _rederive(doc: dict[str, Any], root: Path, cert_dir: Path, name: str) -> lis
     """Checks re-derived from the files; outcomes, summary and result re-derived from the checks."""
     out: list[str] = []
     inputs = {(i["role"], i["path"]) for i in doc["inputs"]}
-    results = {i["path"] for i in doc["results"]}
     for need in [("suite", doc["suite"]["path"]), ("profile", doc["profile"]["path"])]:
         if need not in inputs:
             out.append(f"{name}::/inputs: no digest for the {need[0]} {need[1]}")
@@ -523,10 +560,6 @@ def _rederive(doc: dict[str, Any], root: Path, cert_dir: Path, name: str) -> lis
         if len(e["runs"]) != want_runs:
             out.append(f"{name}::/entries/{k}/runs: {len(e['runs'])} run(s), the suite asks for {want_runs}")
             continue
-        for r in e["runs"]:  # every file a run wrote is digested (a deleted one changes the re-derived checks)
-            for _, f in RESULT_FILES:
-                if f"{r}/{f}" not in results and (cert_dir / r / f).is_file():
-                    out.append(f"{name}::/results: no digest for {r}/{f}")
         derived += entry_checks(entry, profile, root / ref, [cert_dir / r for r in e["runs"]], e["runs"],
                                 write=False)
     recorded = doc["checks"]
@@ -534,7 +567,7 @@ def _rederive(doc: dict[str, Any], root: Path, cert_dir: Path, name: str) -> lis
         out.append(f"{name}::/checks: {len(recorded)} checks recorded, {len(derived)} re-derived from the runs")
     for i, (c, d) in enumerate(zip(recorded, derived)):
         for key in ("entry", "name", "run", "value", "threshold", "comparison", "outcome"):
-            if not _same(c[key], d[key]):
+            if not same_value(c[key], d[key]):
                 out.append(f"{name}::/checks/{i}/{key}: {d['entry']} {d['name']}: recorded {c[key]!r} but "
                            f"{d[key]!r} re-derived from {d['run']} ({d['detail']})")
                 break

@@ -1,11 +1,16 @@
 """The MLPerf rules of the harness's benchmarks, and the run of mlperf-logging's compliance checker.
 
 One benchmark per recipe and scale that has a reference baseline (``baselines/<recipe>/<profile>-
-<scale>.json``): ``grpo_<recipe>_<scale>``. Its rules file ``rules/training_6.1.0/closed_<benchmark>.yaml``
-is written like MLPerf Training's (``closed_qwen35_397b_grpo.yaml``): every key the log must carry,
-the constants the recipe fixes (:func:`harness.mlperf.run_constants` of the recipe resolved on the
-baseline's profile), and the convergence target. ``common.yaml`` holds the keys every benchmark needs
-(MLPerf's ``common.yaml`` with this project's benchmark list) and enqueues the benchmark's file.
+<scale>.json``) with a validation: ``grpo_<recipe>_<scale>``. Its rules file
+``rules/training_6.1.0/closed_<benchmark>.yaml`` is written like MLPerf Training's
+(``closed_qwen35_397b_grpo.yaml``): every key the log must carry, the constants the recipe fixes and the
+convergence target. The constants are :func:`harness.mlperf.run_constants` of the recipe resolved on every
+profile it supports at that scale: a constant the same everywhere is pinned to its value, one that differs
+(precision: fp32 on the cpu, bfloat16 on accelerators; micro-batch and accumulation with the device count)
+to the value of the log's own ``submission_platform``, which must be one of those profiles. ``common.yaml``
+holds the keys every benchmark needs (MLPerf's ``common.yaml`` with this project's benchmark list) and
+enqueues the benchmark's file — only a benchmark of that list (a scale without a validation, such as
+``reduced``, has no rules: its log fails the ``submission_benchmark`` check, it is not an MLPerf benchmark).
 
 Convergence target: 0.9 x the median final validation reward (``val-core/*/reward/mean`` at the
 baseline's last validation) of the reference seeds, rounded down to 0.01 — most reference seeds
@@ -13,8 +18,8 @@ reach it; the median, because a single collapsed seed would put the lowest at 0.
 
 The files are generated (``python -m harness.mlperf.rules``); a test keeps them fresh. The checker
 only knows rulesets inside its own package, so the harness passes ``--config`` with the absolute
-path of ``common.yaml``; its BEGIN block takes the rules directory from that path to enqueue the
-benchmark's file:
+path of ``common.yaml`` (and the log's absolute path: the checker runs in a scratch directory); its
+BEGIN block takes the rules directory from that path to enqueue the benchmark's file:
 
     python -m mlperf_logging.compliance_checker --usage training --ruleset 6.1.0 \\
         --config harness/mlperf/rules/training_6.1.0/common.yaml RUN_DIR/mlperf.log
@@ -86,7 +91,8 @@ def common_yaml(benchmarks: list[str]) -> str:
     text += _key("submission_platform", check="v['value'] != ''")
     text += _key("submission_division", check="v['value'] == 'closed'")
     text += _key("submission_benchmark", check=f"v['value'] in {benchmarks!r}",
-                 post="enqueue_config(s['rules_dir'] + '/closed_{}.yaml'.format(v['value']))")
+                 post=f"enqueue_config(s['rules_dir'] + '/closed_{{}}.yaml'.format(v['value'])) "
+                      f"if v['value'] in {benchmarks!r} else None")
     text += _key("cache_clear", "AT_LEAST_ONE", ["'value' in v"])
     text += _key("init_start", "AT_LEAST_ONE", ["not s['init_stopped']", "not s['run_started']"],
                  post="s['init_started'] = True; s['first_init_start'] = min(s['first_init_start'], ll.timestamp)")
@@ -106,17 +112,35 @@ def common_yaml(benchmarks: list[str]) -> str:
     return text
 
 
-def benchmark_yaml(name: str, ref: dict[str, Any]) -> str:
-    from harness.config.recipe import resolve
+def _equals_on(values: dict[str, Any]) -> str:
+    """A CHECK that the value is ``values[platform]`` (the log's ``submission_platform``, kept in ``s``)."""
+    if any(isinstance(v, float) for v in values.values()):
+        return f"s.get('platform') in {values!r} and abs(v['value'] - {values!r}[s['platform']]) < 1e-12"
+    return f"v['value'] == {values!r}.get(s.get('platform'))"
 
-    res = resolve(ref["recipe"], ref["profile"], ref["scale"])
-    consts = run_constants(res.config)
-    text = HEADER.format(source=f"recipes/{ref['recipe']}.json at scale {ref['scale']} and {ref['baseline']}")
-    text += (f"# {name}: GRPO on recipe {ref['recipe']} at scale {ref['scale']}. Constants the recipe fixes;\n"
+
+def profile_constants(recipe: str, scale: str) -> dict[str, dict[str, Any]]:
+    """profile -> the MLPerf constants of ``recipe`` at ``scale`` on it, for every profile it supports there."""
+    from harness.config.recipe import load_recipe_file, recipe_path, resolve, supported_pairs
+
+    profiles = [p for p, s in supported_pairs(load_recipe_file(recipe_path(recipe))) if s == scale]
+    return {p: run_constants(resolve(recipe, p, scale).config) for p in sorted(profiles)}
+
+
+def benchmark_yaml(name: str, ref: dict[str, Any]) -> str:
+    by_profile = profile_constants(ref["recipe"], ref["scale"])
+    profiles = list(by_profile)
+    text = HEADER.format(source=f"recipes/{ref['recipe']}.json at scale {ref['scale']} on {', '.join(profiles)} "
+                                f"and {ref['baseline']}")
+    text += (f"# {name}: GRPO on recipe {ref['recipe']} at scale {ref['scale']}. Constants the recipe fixes (a\n"
+             f"# constant that differs between profiles: the value on the log's submission_platform);\n"
              f"# convergence target: 0.9 x the median final validation reward of the reference seeds.\n\n"
              f"- BEGIN:\n    CODE: \" s.update({{'target_accuracy': {ref['target']!r}}}) \"\n\n")
-    for key, value in consts.items():
-        text += _key(key, check=_equals(value))
+    text += _key("submission_platform", check=f"v['value'] in {profiles!r}", post="s['platform'] = v['value']")
+    for key in by_profile[profiles[0]]:
+        values = {p: by_profile[p][key] for p in profiles}
+        same = len({json.dumps(v) for v in values.values()}) == 1
+        text += _key(key, check=_equals(values[profiles[0]]) if same else _equals_on(values))
     text += _key("seed", check="is_integer(v['value'])")
     text += _key("max_steps", check="is_integer(v['value']) and v['value'] > 0")
     text += _key("init_checkpoint_step", check="v['value'] == 0")
@@ -138,12 +162,21 @@ def checker_command(log: Path, report: Path) -> list[str]:
             "--config", str(COMMON), "--log_output", str(report), str(log)]
 
 
+TRACEBACK = "Traceback (most recent call last)"
+
+
 def check_log(log: Path, timeout: float = 120.0) -> tuple[bool, str]:
-    """Run mlperf-logging's compliance checker on ``log`` with the harness's rules: (passed, its output)."""
+    """Run mlperf-logging's compliance checker on ``log`` (made absolute: the checker runs in a scratch
+    directory) with the harness's rules: (passed, its output). When the checker itself crashed, the output is
+    one line saying so with the exception it ended on, not its traceback."""
+    log = Path(log).resolve()
     with tempfile.TemporaryDirectory(prefix="mlperf-check-") as tmp:
         proc = subprocess.run(checker_command(log, Path(tmp) / "compliance.log"), capture_output=True, text=True,
-                              timeout=timeout, cwd=tmp)
+                              timeout=timeout, cwd=tmp, stdin=subprocess.DEVNULL)
     output = (proc.stdout + proc.stderr).strip()
+    if TRACEBACK in output:
+        last = [ln for ln in output.splitlines() if ln.strip()][-1].strip()
+        return False, f"the compliance checker stopped with an error: {last}"
     return proc.returncode == 0 and "SUCCESS" in output, output
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from harness.config.schema import schema_errors
 from harness.jsonio import load_json_strict
-from harness.judge.attest import load_signer, open_certificate, sign, statement
+from harness.judge.attest import DOCUMENTS, load_signer, open_certificate, sha256_regular, sign, statement
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,14 +77,27 @@ def copy_root(doc: dict[str, Any], dest: Path) -> Path:
     return dest
 
 
-def verify(work: Path, cert: Path, root: Path | None = None, pub: Path | None = None) -> subprocess.CompletedProcess[str]:
-    pub = pub or work / "keys" / "signing-key.pub.pem"
-    return harness(work, "verify-certificate", str(cert), "--pubkey", str(pub), *(["--root", str(root)] if root else []))
+def keyid(key: Path) -> str:
+    return load_signer(key).public_key.keyid
+
+
+def verify(work: Path, cert: Path, root: Path | None = None, pub: Path | None = None,
+           key: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """verify-certificate trusting the keyid of ``key`` (default the certifier's); the public key is the one
+    beside the certificate unless ``pub`` is given."""
+    trusted = keyid(key or work / "keys" / "signing-key.pem")
+    return harness(work, "verify-certificate", str(cert), "--keyid", trusted,
+                   *(["--pubkey", str(pub)] if pub else []), *(["--root", str(root)] if root else []))
+
+
+def stmt_of(cert: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """The Statement of ``doc`` with the documents beside ``cert`` as they are."""
+    return statement(doc, [(name, sha256_regular(cert.parent / name)) for name in DOCUMENTS])
 
 
 def resign(cert: Path, doc: dict[str, Any], key: Path) -> None:
     """Write ``doc`` as the certificate, signed with ``key`` (a certifier re-issuing it)."""
-    cert.write_text(json.dumps(sign(statement(doc), load_signer(key))))
+    cert.write_text(json.dumps(sign(stmt_of(cert, doc), load_signer(key))))
 
 
 # ----------------------------------------------------------------------------- the certificate
@@ -111,8 +124,13 @@ def test_certificate_structure(certified: dict[str, Any]) -> None:
         assert ("lock", "constraints.txt") in roles
     results = {r["path"] for r in doc["results"]}
     for k in (1, 2):
-        for f in ("manifest.json", "metrics.jsonl", "verdict.json"):
+        for f in ("manifest.json", "metrics.jsonl", "verdict.json", "mlperf.log"):
             assert f"runs/{ENTRY}/run-{k}/{f}" in results
+    # every file certify wrote is a subject of the signed Statement (the envelope and the public key aside)
+    files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    names = {s["name"] for s in open_certificate(out / "certificate.json").statement["subject"]}
+    assert names == files - {"certificate.json", "signing-key.pub.pem"}
+    assert (out / "signing-key.pub.pem").read_bytes() == certified["keys"]["pub"].read_bytes()
     assert not any(p.startswith("/") for p in results | {i["path"] or "" for i in doc["inputs"]})
     html = (out / "certificate.html").read_text()
     assert "PASS" in html and "determinism" in html
@@ -216,7 +234,7 @@ def test_forgery_with_recomputed_digests_fails_on_the_signature(work: Path, cert
                                  HROOT / BASELINE, run_dirs, doc["entries"][0]["runs"], write=False)
     doc["summary"], doc["result"] = summarize(doc["checks"])
     env = load_json_strict(cert)
-    env["payload"] = base64.b64encode(json.dumps(statement(doc)).encode()).decode()  # old signature kept
+    env["payload"] = base64.b64encode(json.dumps(stmt_of(cert, doc)).encode()).decode()  # old signature kept
     cert.write_text(json.dumps(env))
     proc = verify(work, cert)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -224,13 +242,18 @@ def test_forgery_with_recomputed_digests_fails_on_the_signature(work: Path, cert
     assert proc.stdout.count("\n") == 2 and proc.stdout.splitlines()[-1].startswith("FAILED")
 
 
-def test_signed_by_another_key_names_the_key(work: Path, certified: dict[str, Any]) -> None:
+def test_signed_by_another_key_names_only_the_trusted_key(work: Path, certified: dict[str, Any]) -> None:
     cert = copy_cert(certified, work / "t-otherkey")
     resign(cert, certified["doc"], certified["keys"]["other"])
-    other_id = load_signer(certified["keys"]["other"]).public_key.keyid
+    other_id = keyid(certified["keys"]["other"])
     proc = verify(work, cert)
-    assert proc.returncode == 1 and f"signed by keyid {other_id}, not by the key in" in proc.stdout
-    assert verify(work, cert, pub=certified["keys"]["other_pub"]).returncode == 0
+    trusted = keyid(certified["keys"]["key"])
+    assert proc.returncode == 1 and f"no signature by the trusted keyid {trusted}" in proc.stdout
+    assert other_id not in proc.stdout
+    # the other key beside it does not help: it is not the trusted keyid's
+    proc = verify(work, cert, pub=certified["keys"]["other_pub"])
+    assert proc.returncode == 1 and "is not the key of the trusted keyid" in proc.stdout
+    assert verify(work, cert, pub=certified["keys"]["other_pub"], key=certified["keys"]["other"]).returncode == 0
 
 
 def test_system_block_must_match_the_manifests(work: Path, certified: dict[str, Any]) -> None:
@@ -244,13 +267,13 @@ def test_system_block_must_match_the_manifests(work: Path, certified: dict[str, 
 
 def test_unsigned_is_never_verified(work: Path, certified: dict[str, Any]) -> None:
     cert = copy_cert(certified, work / "t-unsigned")
-    cert.write_text(json.dumps(statement(certified["doc"])))
+    cert.write_text(json.dumps(stmt_of(cert, certified["doc"])))
     proc = verify(work, cert)
     assert proc.returncode == 1 and "UNSIGNED" in proc.stdout and "VERIFIED" not in proc.stdout.replace("UNVERIFIED", "")
     proc = harness(work, "verify-certificate", str(cert))
     assert proc.returncode == 1 and proc.stdout.startswith("UNSIGNED") and "NOT verified" in proc.stdout
     proc = harness(work, "verify-certificate", str(certified["dir"] / "certificate.json"))
-    assert proc.returncode == 1 and proc.stdout.startswith("UNVERIFIED") and "--pubkey" in proc.stdout
+    assert proc.returncode == 1 and proc.stdout.startswith("UNVERIFIED") and "--keyid" in proc.stdout
 
 
 # ----------------------------------------------------------------------------- refusal

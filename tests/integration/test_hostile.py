@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shlex
 import stat
 import struct
@@ -114,13 +115,6 @@ def _keys_recipe(tmp: Path, run: Path) -> None:
     (tmp / "keys.json").write_text(f'{recipe},\n  "extra": {{\n{extra}\n  }}\n}}\n')
 
 
-def _many_signatures(tmp: Path, run: Path) -> None:
-    """The published certificate with 100,000 signature entries (each an object: a key count per entry)."""
-    cert = json.loads((ROOT / "certificates" / "gpu-1x-h200" / "certificate.json").read_text())
-    cert["signatures"] = [{"keyid": f"{i:064x}", "sig": "AAAA"} for i in range(100_000)]
-    (tmp / "sigs.json").write_text(json.dumps(cert, indent=1))
-
-
 def _npz_bomb(path: Path, member: str, nbytes: int) -> None:
     """A .npz of one deflated float32 array of ``nbytes`` zeros (zip64), ~nbytes/1000 on disk, written without
     inflating it: the compressed block of 1 MiB of zeros, repeated (each ends in a full flush, so they chain)."""
@@ -183,7 +177,60 @@ def _model_recipe(tmp: Path, name: str, config: dict, weights: bytes) -> None:
     (tmp / f"{name}.json").write_text(json.dumps(recipe))
 
 
+PUBLISHED = ROOT / "certificates" / "gpu-1x-h200"
+
+
+def _forged_certificate(tmp: Path, run: Path) -> None:
+    """The published certificate copied to X/c04, its payload edited, re-signed with a fresh key, and that key
+    dropped into the directory (what anyone can do)."""
+    import base64
+    import shutil
+
+    from harness.judge.attest import keygen, load_signer, sign
+
+    cert = tmp / "X" / "c04"
+    shutil.copytree(PUBLISHED, cert)
+    stmt = json.loads(base64.b64decode(json.loads((cert / "certificate.json").read_text())["payload"]))
+    stmt["predicate"]["system"]["accelerator"].update(model="NVIDIA B300", count=8)
+    priv, pub, _ = keygen(tmp / "forger")
+    (cert / "certificate.json").write_text(json.dumps(sign(stmt, load_signer(priv))))
+    shutil.copy(pub, cert / "signing-key.pub.pem")
+
+
+def _envelope(tmp: Path, signatures: list[dict[str, str]] | None = None, text: str | None = None) -> None:
+    """tmp/cert.json: the published envelope with other signature entries, or ``text`` built from it."""
+    env = json.loads((PUBLISHED / "certificate.json").read_text())
+    if signatures is not None:
+        env["signatures"] = signatures
+    (tmp / "cert.json").write_text(text.format(**env) if text else json.dumps(env))
+
+
+def _duplicate_result(tmp: Path, run: Path) -> None:
+    import base64
+
+    env = json.loads((PUBLISHED / "certificate.json").read_text())
+    inner = base64.b64decode(env["payload"]).decode()
+    inner = re.sub(r'"result": "(pass|fail)"', r'"result": "\1", "result": "pass"', inner)
+    (tmp / "cert.json").write_text(json.dumps({**env, "payload": base64.b64encode(inner.encode()).decode()}))
+
+
+def _copied_run(tmp: Path, run: Path) -> None:
+    import shutil
+
+    shutil.copytree(PUBLISHED / "runs" / "qwen3-1-7b-smoke" / "run-1", tmp / "run-1")
+
+
+KEYID = "ba70485e2cbe5713993460661da666741345d576ca09e4f472b80e47bcbc0ca4"
 SETUPS: dict[str, Callable[[Path, Path], None]] = {
+    "forged-certificate": _forged_certificate,
+    "keyid-newline": lambda tmp, run: _envelope(tmp, [{"keyid": KEYID + "\nVERIFIED: gpu-8x-b300 19/19",
+                                                       "sig": "AAAA"}]),
+    "duplicate-keyids": lambda tmp, run: _envelope(tmp, [{"keyid": KEYID, "sig": "AAAA"}] * 2),
+    "100k-signatures": lambda tmp, run: _envelope(tmp, [{"keyid": "f00dfeed" * 8, "sig": "AAAA"}] * 100_000),
+    "duplicate-payload-key": lambda tmp, run: _envelope(
+        tmp, text='{{"payloadType": "{payloadType}", "payload": "{payload}", "payload": "e30=", "signatures": []}}'),
+    "duplicate-result-key": _duplicate_result,
+    "copied-run": _copied_run,
     "none": lambda tmp, run: None,
     "pickled-checkpoint": lambda tmp, run: _checkpoint(tmp, run, planted=True),
     "dcp-checkpoint": lambda tmp, run: _checkpoint(tmp, run, planted=False),
@@ -196,7 +243,6 @@ SETUPS: dict[str, Callable[[Path, Path], None]] = {
     "fifo-png-recipe": _fifo_png,
     "sparse-2g": _sparse,
     "keys-recipe": _keys_recipe,
-    "many-signatures": _many_signatures,
     "npz-bomb-baseline": _bomb_baseline,
     "parquet-10m-rows": _parquet_rows,
     "model-header-2e62": lambda tmp, run: _model_recipe(tmp, "mp", {}, struct.pack("<Q", 2 ** 62) + b"{}"),
@@ -269,5 +315,8 @@ def test_corpus_covers_each_finding() -> None:
                    "huge-png-image", "train-size-2e9", "compare-baseline-typo", "seed-overflow", "out-names-a-file",
                    "set-trust-remote-code", "launcher-command-substitution", "json-100k-keys",
                    "certificate-100k-signatures", "npz-bomb-replay", "parquet-10m-rows", "safetensors-header-2e62",
-                   "safetensors-offset-2e40", "model-config-68gb"):
+                   "safetensors-offset-2e40", "model-config-68gb", "certificate-forged-own-pubkey",
+                   "certificate-forged-keyid", "certificate-keyid-newline", "certificate-duplicate-keyids",
+                   "certificate-100k-signatures", "certificate-duplicate-payload", "certificate-duplicate-result",
+                   "mlperf-check-relative-path"):
         assert needed in names, needed

@@ -4,6 +4,9 @@ A published certificate binds its inputs (suite, profile, recipes, baselines and
 ``constraints.txt``, ``images/*/*.lock``) by digest and carries a copy of them (``inputs/``), which
 ``verify-certificate`` checks by default: the certificate stays verifiable while the repository moves
 on. ``--root .`` asks the other question, whether this checkout still matches what was certified.
+
+Each is verified with the keyid ``certificates/keyids.json`` gives for it (the keyids this repository
+publishes, apart from the certificate directories: the key inside a directory is trusted only through it).
 """
 
 from __future__ import annotations
@@ -19,15 +22,18 @@ import pytest
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = sorted(p.parent for p in (ROOT / "certificates").glob("*/certificate.json"))
+KEYIDS = json.loads((ROOT / "certificates" / "keyids.json").read_text())
 
 
 def verify(cert: Path, pub: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", "verify-certificate", str(cert), "--pubkey", str(pub)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    keyid = KEYIDS[pub.parent.name]  # the published keyid of the certificate it was copied from
+    return subprocess.run([sys.executable, "-m", "harness", "verify-certificate", str(cert), "--keyid", keyid,
+                           "--pubkey", str(pub)], capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 
 def test_a_gpu_certificate_is_published() -> None:
     assert ROOT / "certificates" / "gpu-1x-h200" in PUBLISHED
+    assert sorted(KEYIDS) == [p.name for p in PUBLISHED]  # every published certificate has its keyid
 
 
 @pytest.mark.parametrize("cert_dir", PUBLISHED, ids=[p.name for p in PUBLISHED])

@@ -25,12 +25,19 @@ def test_pae_matches_the_dsse_spec_test_vector() -> None:
     assert env.pae() == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
 
 
+DOCS = [("system-description.json", "d" * 64), ("certificate.html", "e" * 64)]
+
+
 def test_statement_names_every_file_it_digests() -> None:
-    st = A.statement(DOC)
+    """Subjects are the files of the certificate's directory, named relative to it: the run files, the copy of
+    every input file, the documents written from the predicate."""
+    st = A.statement(DOC, DOCS)
     assert st["_type"] == "https://in-toto.io/Statement/v1" and st["predicate"] is DOC
     assert st["predicateType"] == A.PREDICATE_TYPE and st["predicateType"].endswith("certificate.schema.json")
     assert st["subject"] == [{"name": "runs/e/run-1/metrics.jsonl", "digest": {"sha256": "c" * 64}},
-                             {"name": "recipes/certification/cpu.json", "digest": {"sha256": "a" * 64}}]
+                             {"name": "inputs/recipes/certification/cpu.json", "digest": {"sha256": "a" * 64}},
+                             {"name": "system-description.json", "digest": {"sha256": "d" * 64}},
+                             {"name": "certificate.html", "digest": {"sha256": "e" * 64}}]
 
 
 def test_keygen_modes_and_no_overwrite(tmp_path: Path) -> None:
@@ -62,7 +69,7 @@ def test_keys_that_cannot_sign_are_refused(tmp_path: Path) -> None:
 def _signed(tmp_path: Path, name: str = "a") -> tuple[Path, Path, Path]:
     priv, pub, _ = A.keygen(tmp_path / name)
     cert = tmp_path / name / "certificate.json"
-    cert.write_text(json.dumps(A.sign(A.statement(DOC), A.load_signer(priv))))
+    cert.write_text(json.dumps(A.sign(A.statement(DOC, DOCS), A.load_signer(priv))))
     return cert, priv, pub
 
 
@@ -74,16 +81,17 @@ def test_signed_roundtrip_forgery_and_other_key(tmp_path: Path) -> None:
     assert A.signature_problems(opened, key, "c", "p") == [] and A.subject_problems(opened, "c") == []
     # forgery: the payload edited, subjects recomputed, the old signature kept
     env = json.loads(cert.read_text())
-    forged = A.statement({**DOC, "results": [{**DOC["results"][0], "sha256": "d" * 64}]})
+    forged = A.statement({**DOC, "results": [{**DOC["results"][0], "sha256": "d" * 64}]}, DOCS)
     env["payload"] = base64.b64encode(json.dumps(forged).encode()).decode()
     cert.write_text(json.dumps(env))
     problems = A.signature_problems(A.open_certificate(cert), key, "c", "p")
     assert len(problems) == 1 and "does not match the payload" in problems[0] and key.keyid in problems[0]
-    # signed by another key
+    # signed by another key: only the trusted keyid is named, never the unverified one the envelope claims
     other, _, other_pub = _signed(tmp_path, "b")
     other_id = A.load_public_key(other_pub).keyid
     problems = A.signature_problems(A.open_certificate(other), key, "c", "p")
-    assert len(problems) == 1 and f"signed by keyid {other_id}" in problems[0] and key.keyid in problems[0]
+    assert len(problems) == 1 and f"no signature by the trusted keyid {key.keyid}" in problems[0]
+    assert other_id not in problems[0]
 
 
 def test_unsigned_never_passes_a_signature_check(tmp_path: Path) -> None:
@@ -100,11 +108,19 @@ def test_unsigned_never_passes_a_signature_check(tmp_path: Path) -> None:
 
 
 def test_subjects_must_match_the_predicate(tmp_path: Path) -> None:
-    st = A.statement(DOC)
-    st["subject"][0]["digest"]["sha256"] = "e" * 64
     p = tmp_path / "c.json"
+    st = A.statement(DOC, DOCS)
+    st["subject"][0]["digest"]["sha256"] = "e" * 64
     p.write_text(json.dumps(st))
     assert "first: runs/e/run-1/metrics.jsonl" in A.subject_problems(A.open_certificate(p), "c")[0]
+    p.write_text(json.dumps(A.statement(DOC, DOCS[:1])))  # the page not covered
+    assert "no subject for certificate.html" in A.subject_problems(A.open_certificate(p), "c")[0]
+    st = A.statement(DOC, DOCS)
+    st["subject"].append({"name": "runs/e/run-1/extra", "digest": {"sha256": "f" * 64}})
+    p.write_text(json.dumps(st))
+    assert "(5 subjects, 4 files)" in A.subject_problems(A.open_certificate(p), "c")[0]
+    p.write_text(json.dumps(A.statement(DOC, DOCS[::-1])))
+    assert A.subject_problems(A.open_certificate(p), "c") != []
 
 
 @pytest.mark.parametrize("content, message", [
@@ -121,6 +137,27 @@ def test_not_a_certificate_is_one_line(tmp_path: Path, content: str, message: st
     assert err.value.exit_code == 2 and "\n" not in str(err.value)
 
 
+def test_trust_comes_from_the_keyid(tmp_path: Path) -> None:
+    cert, _, pub = _signed(tmp_path)
+    keyid = A.load_public_key(pub).keyid
+    assert A.trusted_key(cert, None, None) == (None, None, [])
+    key, path, problems = A.trusted_key(cert, None, keyid)  # the key beside the certificate, by its keyid
+    assert key.keyid == keyid and path == cert.parent / A.PUBLIC_KEY_FILE and problems == []
+    _, other_pub, other_id = A.keygen(tmp_path / "other")
+    key, _, problems = A.trusted_key(cert, other_pub, keyid)
+    assert key is None and "is not the key of the trusted keyid" in problems[0] and other_id not in problems[0]
+    with pytest.raises(HarnessError, match="certificate's own directory.*--keyid") as err:
+        A.trusted_key(cert, pub, None)
+    assert err.value.exit_code == 2
+    with pytest.raises(HarnessError, match="a public key alone proves nothing"):
+        A.trusted_key(cert, other_pub, None)
+    with pytest.raises(HarnessError, match="not a keyid"):
+        A.trusted_key(cert, None, keyid[:16])
+    (cert.parent / A.PUBLIC_KEY_FILE).unlink()
+    with pytest.raises(HarnessError, match="no signing-key.pub.pem beside the certificate"):
+        A.trusted_key(cert, None, keyid)
+
+
 def test_reads_are_bounded_and_regular_only(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -134,3 +171,11 @@ def test_reads_are_bounded_and_regular_only(tmp_path: Path) -> None:
         A.read_regular(big, 1024, "certificate")
     with pytest.raises(HarnessError, match="not a regular file"):
         A.read_regular(tmp_path, 1024, "certificate")
+
+
+def test_untrusted_text_is_printed_escaped() -> None:
+    from harness.errors import shown
+
+    assert shown("a\nb\x1b[2Jc\u202ed é…") == "a\\nb\\x1b[2Jc\\u202ed é…"
+    line = HarnessError("keyid \x1b[31mX", file="c.json\nVERIFIED: gpu-8x-b300").one_line()
+    assert "\x1b" not in line and "\n" not in line and "\\x1b[31mX" in line

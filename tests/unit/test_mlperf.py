@@ -11,10 +11,12 @@ from harness import mlperf as M
 from harness.config.recipe import resolve
 from harness.mlperf import rules as R
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def _manifest(recipe: str = "qwen3_1_7b", steps: int = 10) -> dict:
-    res = resolve(recipe, "cpu", "smoke")
-    return {"recipe": {"name": recipe, "path": f"recipes/{recipe}.json"}, "scale": "smoke", "profile": "cpu",
+
+def _manifest(recipe: str = "qwen3_1_7b", steps: int = 10, profile: str = "cpu") -> dict:
+    res = resolve(recipe, profile, "smoke")
+    return {"recipe": {"name": recipe, "path": f"recipes/{recipe}.json"}, "scale": "smoke", "profile": profile,
             "seed": 42, "steps": {"requested": steps}, "resolved_config": res.config}
 
 
@@ -82,6 +84,57 @@ def test_checker_rejects_a_changed_constant_and_a_missed_target(tmp_path: Path) 
     assert not ok and "global_batch_size" in out
     ok, out = R.check_log(_write(tmp_path / "slow", _manifest(), {10: 0.0}))
     assert not ok and "target_accuracy" in out
+
+
+@pytest.mark.parametrize("profile", ["cpu", "gpu-1x-h200", "gpu-8x-h200-141g", "npu-16x-ascend-a3"])
+def test_rules_fit_the_profile(tmp_path: Path, profile: str) -> None:
+    """The constants a profile changes (precision, micro-batch, accumulation) are pinned to the log's platform."""
+    log = _write(tmp_path, _manifest(profile=profile), {10: 0.5})
+    ok, out = R.check_log(log)
+    assert ok, out
+    other = "gpu-1x-h200" if profile == "cpu" else "cpu"  # the same log claiming another platform
+    (tmp_path / "other.log").write_text(log.read_text().replace(f'"value": "{profile}"', f'"value": "{other}"'))
+    ok, out = R.check_log(tmp_path / "other.log")
+    assert not ok and "lowest_numerical_precision_in_linear" in out, out
+    (tmp_path / "nowhere.log").write_text(log.read_text().replace(f'"value": "{profile}"', '"value": "gpu-9x"'))
+    ok, out = R.check_log(tmp_path / "nowhere.log")
+    assert not ok and "submission_platform" in out
+
+
+def _benchmark(log: Path) -> str | None:
+    return next((e["value"] for e in _events(log) if e["key"] == "submission_benchmark"), None)
+
+
+PUBLISHED_LOGS = sorted(p.relative_to(ROOT) for p in ROOT.glob("certificates/*/runs/*/run-*/mlperf.log")
+                        if _benchmark(p) in R.references())
+
+
+def test_published_logs_are_listed() -> None:
+    assert len(PUBLISHED_LOGS) >= 3  # the smoke entries of certificates/gpu-1x-h200 (reduced: no benchmark)
+
+
+@pytest.mark.parametrize("log", PUBLISHED_LOGS, ids=[str(p.parent) for p in PUBLISHED_LOGS])
+def test_published_logs_are_compliant_by_relative_and_absolute_path(log: Path, monkeypatch, capsys) -> None:
+    from harness.cli import main
+
+    assert R.check_log(ROOT / log)[0]
+    monkeypatch.chdir(ROOT)
+    code = main(["mlperf-check", str(log.parent)])  # relative, as the README writes it
+    out = capsys.readouterr()
+    assert code == 0 and "Traceback" not in out.out + out.err and out.out.splitlines()[-1].startswith("SUCCESS")
+
+
+def test_a_benchmark_without_rules_and_a_crash_are_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    from harness.cli import main
+
+    log = _write(tmp_path / "run", _manifest(), {10: 0.5})
+    log.write_text(log.read_text().replace("grpo_qwen3_1_7b_smoke", "grpo_qwen3_1_7b_reduced"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["mlperf-check", "run"]) == 1
+    out = capsys.readouterr().out
+    assert "Traceback" not in out and "has no rules" in out.splitlines()[-1]
+    ok, out = R.check_log(tmp_path / "missing.log")  # the checker itself fails: its error, not its traceback
+    assert not ok and out.startswith("the compliance checker stopped with an error:") and "\n" not in out
 
 
 def test_resume_cuts_the_log_back(tmp_path: Path) -> None:
