@@ -220,7 +220,7 @@ def _copied_run(tmp: Path, run: Path) -> None:
     shutil.copytree(PUBLISHED / "runs" / "qwen3-1-7b-smoke" / "run-1", tmp / "run-1")
 
 
-KEYID = "ba70485e2cbe5713993460661da666741345d576ca09e4f472b80e47bcbc0ca4"
+KEYID = "5969c1b502e04e8fcf7d3c1b91c6991f20cb5ad7101be95f5a00a627e8ee5202"
 SETUPS: dict[str, Callable[[Path, Path], None]] = {
     "forged-certificate": _forged_certificate,
     "keyid-newline": lambda tmp, run: _envelope(tmp, [{"keyid": KEYID + "\nVERIFIED: gpu-8x-b300 19/19",
