@@ -70,8 +70,8 @@ def _child(task: Callable[[], Any], w: int, cpu_s: int, memory_bytes: int) -> No
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (_address_space() + memory_bytes,) * 2)
+        _lower(resource.RLIMIT_CPU, cpu_s, cpu_s + 1)
+        _lower(resource.RLIMIT_AS, _address_space() + memory_bytes, _address_space() + memory_bytes)
         try:
             out: dict[str, Any] = {"ok": task()}
         except HarnessError as err:
@@ -147,6 +147,14 @@ def _decode(reply: bytes, file: str, memory_bytes: int) -> Any:
                            fix=f"lint a smaller launcher, or {REPORT}")
     raise HarnessError(f"cannot read this script (internal error: {out.get('internal', '?')})", file=file,
                        fix=REPORT)
+
+
+def _lower(which: int, soft: int, hard: int) -> None:  # pragma: no cover - in the child
+    """Set a limit, never above the one this process already has (raising a hard limit is refused)."""
+    _, old_hard = resource.getrlimit(which)
+    if old_hard != resource.RLIM_INFINITY:
+        soft, hard = min(soft, old_hard), min(hard, old_hard)
+    resource.setrlimit(which, (soft, hard))
 
 
 def _address_space() -> int:
