@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from typing import Any
@@ -45,7 +46,7 @@ def execute(args: argparse.Namespace) -> int:
     bad = errors = 0
     for path in args.scripts:
         try:  # the parser runs in a child process: a crash there is one line here
-            done = run_isolated(lambda path=path: lint_one(path, profile), path)
+            done = run_isolated(functools.partial(lint_one, path, profile), path)
         except HarnessError as err:
             bad += 1
             reports.append({"file": path, "error": err.one_line()})
