@@ -46,8 +46,10 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def integration(session: nox.Session) -> None:
-    """End to end: CPU smoke runs, baselines, resume, torchrun, containers, certificates, and a slice of the fuzz
-    tests with every saved hostile input (args pass through)."""
+    """End to end: smoke runs, baselines, resume, torchrun, containers, certificates, a fuzz slice (args pass through).
+
+    The fuzz slice: tests/fuzz with HARNESS_FUZZ_EXAMPLES unset (20 examples per entry point) and every saved input.
+    """
     _install(session, "[test]")
     # --durations: every CI log says where its minutes go
     session.run("pytest", *(session.posargs or ["tests/integration", "tests/fuzz", "-q", "--durations=25"]),
@@ -56,8 +58,11 @@ def integration(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def fuzz(session: nox.Session) -> None:
-    """Fuzz the entry points that read foreign files, each input in a child process: HARNESS_FUZZ_EXAMPLES (default
-    300) examples per entry point; a failing input is saved in tests/fixtures/hostile/fuzz/ (args pass through)."""
+    """Fuzz the entry points that read foreign files: HARNESS_FUZZ_EXAMPLES (default 300) per entry point.
+
+    Each input runs in a child process; one that crashes, hangs, prints a traceback or exits other than 0/1/2 is
+    saved in tests/fixtures/hostile/fuzz/ and fails the session (args pass through to pytest).
+    """
     _install(session, "[test]")
     examples = os.environ.get("HARNESS_FUZZ_EXAMPLES", "300")
     session.run("pytest", *(session.posargs or ["tests/fuzz", "-q", "--durations=10"]), success_codes=[0],
