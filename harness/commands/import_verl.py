@@ -48,7 +48,7 @@ def import_one(script: str, name: str, family: str | None, out: str) -> dict[str
 
 def execute(args: argparse.Namespace) -> int:
     from harness.jsonio import write_json_atomic
-    from harness.verl.importer import sidecar_path
+    from harness.verl.importer import sidecar_path  # with the lint: imported here, inherited by the child
     from harness.verl.isolate import run_isolated
 
     out = Path(args.out)

@@ -38,6 +38,7 @@ def lint_one(path: str, profile: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def execute(args: argparse.Namespace) -> int:
+    import harness.verl.lint  # noqa: F401 - imported here once: each child inherits it
     from harness.config.profiles import load_profile
     from harness.verl.isolate import run_isolated
 
