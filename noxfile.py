@@ -1,4 +1,4 @@
-"""Sessions: validate · lint · typecheck · tests · integration · run-recipe · record-baseline · gate · build-image · certify · lint-verl.
+"""Sessions: validate · lint · typecheck · tests · integration · fuzz · run-recipe · record-baseline · gate · build-image · certify · lint-verl.
 
 Every session installs the project (editable) with the exact versions of ``constraints.txt`` on
 nox's default virtualenv/pip backend (pip finds the local CPU torch wheel; uv would not).
@@ -6,6 +6,8 @@ Virtualenvs are reused; ``nox -R`` also skips the install step.
 """
 
 from __future__ import annotations
+
+import os
 
 import nox
 
@@ -44,10 +46,27 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def integration(session: nox.Session) -> None:
-    """End to end: CPU smoke runs, baselines, resume, torchrun, containers, certificates (args pass through)."""
+    """End to end: smoke runs, baselines, resume, torchrun, containers, certificates, a fuzz slice (args pass through).
+
+    The fuzz slice: tests/fuzz with HARNESS_FUZZ_EXAMPLES unset (20 examples per entry point) and every saved input.
+    """
     _install(session, "[test]")
     # --durations: every CI log says where its minutes go
-    session.run("pytest", *(session.posargs or ["tests/integration", "-q", "--durations=25"]), success_codes=[0])
+    session.run("pytest", *(session.posargs or ["tests/integration", "tests/fuzz", "-q", "--durations=25"]),
+                success_codes=[0])
+
+
+@nox.session(python=PYTHON)
+def fuzz(session: nox.Session) -> None:
+    """Fuzz the entry points that read foreign files: HARNESS_FUZZ_EXAMPLES (default 300) per entry point.
+
+    Each input runs in a child process; one that crashes, hangs, prints a traceback or exits other than 0/1/2 is
+    saved in tests/fixtures/hostile/fuzz/ and fails the session (args pass through to pytest).
+    """
+    _install(session, "[test]")
+    examples = os.environ.get("HARNESS_FUZZ_EXAMPLES", "300")
+    session.run("pytest", *(session.posargs or ["tests/fuzz", "-q", "--durations=10"]), success_codes=[0],
+                env={"HARNESS_FUZZ_EXAMPLES": examples})
 
 
 @nox.session(python=PYTHON)

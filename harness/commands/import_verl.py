@@ -12,6 +12,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness.config.schema_defs import FAMILIES
 from harness.errors import EXIT_OK, HarnessError
@@ -27,10 +28,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="overwrite an existing recipe and sidecar")
 
 
-def execute(args: argparse.Namespace) -> int:
-    from harness.jsonio import write_json_atomic
+def import_one(script: str, name: str, family: str | None, out: str) -> dict[str, Any]:
+    """Lint and import one launcher (run in the child of :func:`harness.verl.isolate.run_isolated`): the recipe,
+    the sidecar and the lines to print; the parent writes the files."""
     from harness.verl.importer import import_launcher, sidecar, sidecar_path
     from harness.verl.lint import lint_file, read_script
+
+    text = read_script(script)
+    result = lint_file(script)
+    imported = import_launcher(result, name, family, text)
+    side = sidecar_path(Path(out))
+    lines = [f"wrote {out} (template {imported.template}, engine {imported.engine})",
+             f"wrote {side} ({len(imported.unmapped)} unmapped override(s), {len(result.findings)} lint finding(s))"]
+    lines += [f"{script}:{item['line']}: unmapped {item['override']} ({item['reason']})" for item in imported.unmapped]
+    lines += [f"note: {note}" for note in imported.notes]
+    return {"recipe": imported.recipe, "sidecar": sidecar(imported, result, script, out), "lines": lines,
+            "errors": len(result.errors)}
+
+
+def execute(args: argparse.Namespace) -> int:
+    from harness.jsonio import write_json_atomic
+    from harness.verl.importer import sidecar_path  # with the lint: imported here, inherited by the child
+    from harness.verl.isolate import run_isolated
 
     out = Path(args.out)
     if out.suffix != ".json" or not re.fullmatch(r"[a-z0-9_]+", out.stem):
@@ -41,19 +60,13 @@ def execute(args: argparse.Namespace) -> int:
         if path.exists() and not args.force:
             raise HarnessError("refusing to overwrite an existing file", file=str(path),
                                fix="pass --force, or choose another --out")
-    text = read_script(args.script)
-    result = lint_file(args.script)
-    imported = import_launcher(result, out.stem, args.model_family, text)
-    write_json_atomic(out, imported.recipe)
-    write_json_atomic(side, sidecar(imported, result, args.script, str(out)))
-    print(f"wrote {out} (template {imported.template}, engine {imported.engine})")
-    print(f"wrote {side} ({len(imported.unmapped)} unmapped override(s), {len(result.findings)} lint finding(s))")
-    for item in imported.unmapped:
-        print(f"{args.script}:{item['line']}: unmapped {item['override']} ({item['reason']})")
-    for note in imported.notes:
-        print(f"note: {note}")
-    errors = [f for f in result.findings if f.severity == "error"]
-    if errors:
-        sys.stderr.write(f"warning: the launcher has {len(errors)} lint error(s); see {side} or run "
+    # the parser runs in a child process (a crash there is one line here); only this process writes
+    done = run_isolated(lambda: import_one(args.script, out.stem, args.model_family, str(out)), args.script)
+    write_json_atomic(out, done["recipe"])
+    write_json_atomic(side, done["sidecar"])
+    for line in done["lines"]:
+        print(line)
+    if done["errors"]:
+        sys.stderr.write(f"warning: the launcher has {done['errors']} lint error(s); see {side} or run "
                          f"`harness lint-verl {args.script}`\n")
     return EXIT_OK

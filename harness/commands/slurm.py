@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 
 from harness.commands import add_override_argument, add_target_arguments, chosen_profile
@@ -20,6 +21,10 @@ from harness.errors import EXIT_OK, HarnessError
 from harness.jsonio import write_text_atomic
 
 HELP = "Write the Slurm batch script of a multi-node run (sbatch it on the cluster)."
+PARTITION = re.compile(r"[A-Za-z0-9_,-]+")  # one partition name or a comma-separated list
+# Slurm's --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+TIME = re.compile(r"[0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(:[0-9]{1,2}){0,2}")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,9 +38,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing --write FILE")
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every text that goes into the batch script is one line of the expected form (else exit 2, one line)."""
+    if args.partition is not None and not PARTITION.fullmatch(args.partition):
+        raise HarnessError(f"{args.partition!r} is not a Slurm partition name", key_path="--partition",
+                           fix="use letters, digits, _ and - (a comma between several partitions)")
+    if not TIME.fullmatch(args.time):
+        raise HarnessError(f"{args.time!r} is not a Slurm time limit", key_path="--time",
+                           fix="use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 04:00:00)")
+    texts = [("RECIPE", args.recipe), ("--out", args.out), ("--profile", args.profile), ("--scale", args.scale),
+             *(("--set", o) for o in args.overrides)]
+    for option, text in texts:
+        if text is not None and (m := CONTROL.search(text)):
+            raise HarnessError(f"{text!r} holds a control character (U+{ord(m.group()):04X}); every value goes on "
+                               "one line of the batch script", key_path=option, fix="remove it")
+
+
 def execute(args: argparse.Namespace) -> int:
     from harness.run.runtime.torchrun import sbatch_script
 
+    check_arguments(args)
     if args.steps is not None and args.steps < 1:
         raise HarnessError(f"--steps must be >= 1, got {args.steps}", key_path="--steps", fix="give 1 or more")
     res = resolve(args.recipe, chosen_profile(args), args.scale, tuple(args.overrides))

@@ -62,7 +62,7 @@ def _fix_hint(err: ValidationError) -> str:
     if kw in ("maximum", "exclusiveMaximum"):
         return f"use a value {'<=' if kw == 'maximum' else '<'} {v}"
     if kw == "pattern":
-        return f"match the pattern {v}"
+        return str(schema.get("x-fix") or f"match the pattern {v}")  # x-fix: the field's own words
     if kw in ("minItems", "maxItems"):
         return f"give {'at least' if kw == 'minItems' else 'at most'} {v} items"
     if kw == "minLength":

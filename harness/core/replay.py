@@ -191,6 +191,26 @@ def baseline_keys(steps: int) -> Callable[[str], bool]:
 RECORD_FIX = "record the baseline from a run made by this version of the harness"
 
 
+def _step_problem(rec: dict[str, np.ndarray]) -> str | None:
+    """What is wrong with one step's arrays (shapes and kinds a replay reads), or None."""
+    rows = None
+    for name in ("prompt_ids", "prompt_mask", "response_ids", "response_mask"):
+        a = rec[name]
+        if a.ndim != 2 or a.dtype.kind not in "biu":
+            return f"{name} is not a 2-D integer array ({a.dtype}, shape {a.shape})"
+        rows = a.shape[0] if rows is None else rows
+        if a.shape[0] != rows:
+            return f"{name} has {a.shape[0]} rows, not {rows}"
+    if rec["prompt_ids"].shape != rec["prompt_mask"].shape or rec["response_ids"].shape != rec["response_mask"].shape:
+        return "an id array and its mask differ in shape"
+    for name in ("group_ids", "scores", "acc", "format"):
+        a = rec[name]
+        kinds = "biuU" if name == "group_ids" else "biuf"
+        if a.shape != (rows,) or a.dtype.kind not in kinds:
+            return f"{name} is not one value per row ({a.dtype}, shape {a.shape}, {rows} rows)"
+    return None
+
+
 def pack(run_dir: Path, steps: int, out: Path) -> str:
     """Pack a run's per-step rollouts into one archive (keys ``<step>/<field>``); returns its SHA-256."""
     arrays: dict[str, np.ndarray] = {}
@@ -232,6 +252,10 @@ class ReplaySource:
             missing = [f for f in FIELDS if f"{step}/{f}" not in arrays]
             if missing:
                 raise HarnessError(f"recorded rollouts lack {', '.join(missing)} at step {step}", file=str(path),
+                                   fix="re-record the baseline")
+            problem = _step_problem({f: arrays[f"{step}/{f}"] for f in FIELDS})
+            if problem:
+                raise HarnessError(f"recorded rollouts of step {step}: {problem}", file=str(path),
                                    fix="re-record the baseline")
         return cls(path, arrays, steps)
 

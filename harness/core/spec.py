@@ -42,6 +42,8 @@ MAX_STEPS = 10_000_000
 MAX_GROUP = 1024
 MAX_SEED = 2**32 - 1  # NumPy's legacy seed range
 PROFILE_NAME = r"^[a-z0-9][a-z0-9.-]*$"
+ONE_LINE = r"^[^\u0000-\u001f\u007f-\u009f]+$"  # no control character: text an exported launcher copies
+ONE_LINE_FIX = {"x-fix": "write it on one line, without control characters (newline, tab, escape, ...)"}
 Family = Literal["qwen3", "qwen3_moe", "qwen3_vl_moe"]  # each picks a transformers class (harness.core.models)
 FAMILIES: tuple[str, ...] = get_args(Family)
 CODE_NOTE = (" Loads code: must stay null unless security.allow_code_loading is true and the model revision is "
@@ -347,8 +349,11 @@ class Algorithm(Section):
 
 
 class Source(Section):
-    launcher: str = field("Launcher script the values follow.", min_length=1)
-    reference: str = field("Pull request / paper / model card.", min_length=1)
+    launcher: str = field("Launcher script the values follow (one line: no control characters; "
+                          "`harness export-verl` copies it into a comment).", min_length=1, pattern=ONE_LINE,
+                          extra=ONE_LINE_FIX)
+    reference: str = field("Pull request / paper / model card (one line: no control characters).", min_length=1,
+                           pattern=ONE_LINE, extra=ONE_LINE_FIX)
 
 
 class Security(Section):

@@ -381,7 +381,7 @@ def subject_problems(opened: Opened, name: str) -> list[str]:
     got = stmt.get("subject")
     if got != want:
         got = got if isinstance(got, list) else []
-        have = {(s.get("name"), str(s.get("digest"))) for s in got if isinstance(s, dict)}
+        have = {(str(s.get("name")), str(s.get("digest"))) for s in got if isinstance(s, dict)}  # foreign: any type
         diff = [s["name"] for s in want if (s["name"], str(s["digest"])) not in have]
         return [f"{name}::/subject: the subjects differ from the predicate's files"
                 + (f" (first: {diff[0]})" if diff else f" ({len(got)} subjects, {len(want)} files)")]

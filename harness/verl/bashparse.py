@@ -13,7 +13,9 @@ undefined). Every ``python -m verl.trainer.main_*`` (or ``.../main_ppo.py``) com
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,7 @@ from harness.verl.bashwords import Chunk, Field, Issue, Shell, Unknown, Var, fir
 
 MAX_CALL_DEPTH = 16
 MAX_NODES = 200_000
+MAX_TRAINER_CALLS = 64  # trainer command lines one script may hold (each is merged over verl's whole config)
 
 
 class ScriptError(Exception):
@@ -63,7 +66,26 @@ class Evaluation:
     nounset: bool = False
 
     def line(self, pos: int) -> int:
-        return self.src.count("\n", 0, max(0, min(pos, len(self.src)))) + 1
+        return line_of(self.src, self._newlines, pos)
+
+    @functools.cached_property
+    def _newlines(self) -> list[int]:
+        return newlines(self.src)
+
+
+def newlines(src: str) -> list[int]:
+    """Offsets of the newlines of ``src``, for :func:`line_of`."""
+    out, k = [], src.find("\n")
+    while k >= 0:
+        out.append(k)
+        k = src.find("\n", k + 1)
+    return out
+
+
+def line_of(src: str, nl: list[int], pos: int) -> int:
+    """1-based line of offset ``pos`` in ``src`` whose :func:`newlines` are ``nl`` (a bisection: the many
+    lookups of a long script stay fast)."""
+    return bisect.bisect_left(nl, max(0, min(pos, len(src)))) + 1
 
 
 def is_trainer_module(name: str) -> bool:
@@ -85,9 +107,10 @@ class Evaluator(Builtins):
         self.cond = 0  # > 0 inside a branch that may not run
         self.depth = 0
         self.visited = 0
+        self.newlines = newlines(tree.src)
 
     def line(self, pos: int) -> int:
-        return self.src.count("\n", 0, max(0, min(pos, len(self.src)))) + 1
+        return line_of(self.src, self.newlines, pos)
 
     # -- driver -------------------------------------------------------------------------------
     def run(self) -> Evaluation:
@@ -384,6 +407,9 @@ class Evaluator(Builtins):
         args = [Arg(text_of(f), first_offset(f, start), self.line(first_offset(f, start)), tuple(unknowns(f)))
                 for f in rest]
         line = self.line(first_offset(at, start))
+        if len(self.invocations) >= MAX_TRAINER_CALLS:
+            raise ScriptError(f"more than {MAX_TRAINER_CALLS} trainer command lines (a launcher starts the trainer "
+                              "once or a few times)", line)
         self.invocations.append(Invocation(line, program, args, self.cond > 0))
 
     def call(self, name: str, args: list[Field]) -> None:

@@ -3,7 +3,8 @@
 tree-sitter reads all of bash (``case`` patterns, ``[[ ]]``, ``(( ))``, arrays, here-documents,
 ``||`` at the start of a continued line); it reports byte offsets, which :class:`Tree` turns into
 offsets into the ``str`` the word expander (:mod:`harness.verl.bashwords`) reads. A tree with an
-error node is a script bash would refuse too: :func:`parse` raises with the line.
+error node is a script bash would refuse too: :func:`parse` raises with the line. Text holding a character
+:mod:`harness.verl.bashchars` refuses (some crash the parser) is never handed to tree-sitter.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from harness.verl.bashchars import first_refused
 from harness.verl.bashscan import BashSyntaxError, skip_braced
 
 MAX_DEPTH = 400  # nesting beyond this is refused rather than walked
@@ -94,7 +96,11 @@ class Tree:
 
 
 def parse(src: str, base: int = 0) -> Tree:
-    """Parse ``src``; raise :class:`BashSyntaxError` at the first error node."""
+    """Parse ``src``; raise :class:`BashSyntaxError` at the first error node, or at the first character
+    the parser is not given (:func:`harness.verl.bashchars.first_refused`)."""
+    refused = first_refused(src)
+    if refused is not None:
+        raise BashSyntaxError(f"{refused.code} is {refused.why}", base + refused.pos)
     tree = Tree(src, base)
     bad = _first_error(tree) if tree.root.has_error else None
     if bad is not None:

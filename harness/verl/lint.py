@@ -19,6 +19,7 @@ from harness.config.safety import RULES, Finding, RuleContext, run_rules
 from harness.config.safety import rules as _shared_rules  # noqa: F401  (registers the shared rules first)
 from harness.errors import HarnessError
 from harness.registry import Registry
+from harness.verl.bashchars import FIX, first_refused
 from harness.verl.bashparse import Arg, Evaluation, Invocation, ScriptError, evaluate_script
 from harness.verl.overrides import (
     HYDRA_FLAGS,
@@ -38,6 +39,11 @@ VERL_RULES = ("code-loading-key", "max-model-len-too-small", "max-model-len-exce
               "mini-batch-vs-train-batch", "micro-batch-exclusive", "sp-needs-remove-padding", "ulysses-heads",
               "dp-vs-fsdp-size", "experts-vs-ep", "rollout-tp-fits")
 INJECTABLE = ("arg", "unset", "required", "passthrough")  # unknowns a caller controls
+MAX_SCRIPT_BYTES = 256 << 10  # verl's launchers are a few KB; past this one is refused, not read
+MAX_FINDINGS = 1000  # per file; past this one finding counts the rest
+MAX_TEXT = 400  # characters of a finding's message or fix; script text quoted in one is cut to this
+DUPLICATE_LINES_SHOWN = 5  # line numbers a duplicate-key finding lists
+MAX_SUGGESTIONS = 20  # unknown keys per trainer command that get a "did you mean" (difflib is slow)
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,8 @@ lint_rule("append-existing-key", "error", "+key=value adds a key verl's config a
 lint_rule("missing-mandatory", "error", "a key verl marks mandatory (???) is never set: verl refuses to start")
 lint_rule("unresolved-value", "warning", "a value cannot be known without running the script; it is not guessed")
 lint_rule("no-trainer-command", "warning", "no verl trainer command line was found")
+lint_rule("too-many-findings", "warning", f"more than {MAX_FINDINGS} findings: the rest are counted, not listed "
+          "(an error when one of them is)")
 
 
 def lint_finding(rule_id: str, message: str, fix: str, line: int | None, key: str | None = None) -> Finding:
@@ -111,21 +119,31 @@ class LintResult:
 
 # ----------------------------------------------------------------------------- entry points
 def read_script(path: str) -> str:
+    """The launcher's text: a regular UTF-8 file of at most :data:`MAX_SCRIPT_BYTES` holding no character the
+    bash parser is not given (:mod:`harness.verl.bashchars`); anything else is one line (exit 2)."""
     p = Path(path)
     if not p.exists():
         raise HarnessError("launcher script not found", file=path, fix="check the path")
     if not p.is_file():
         raise HarnessError("not a regular file", file=path, fix="give the path of a bash launcher script")
     try:
-        data = p.read_bytes()
+        with p.open("rb") as fh:
+            data = fh.read(MAX_SCRIPT_BYTES + 1)
     except OSError as err:
         raise HarnessError(f"cannot read the script ({err.strerror})", file=path, fix="check the permissions")
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise HarnessError(f"launcher over the {MAX_SCRIPT_BYTES:,}-byte limit", file=path,
+                           fix="lint the script that starts the trainer (launchers are a few KB)")
     if b"\x00" in data:
         raise HarnessError("not a text file (it contains NUL bytes)", file=path, fix="give a bash launcher script")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise HarnessError(f"not UTF-8 text (byte {err.start})", file=path, fix="give a bash launcher script") from None
+    refused = first_refused(text)
+    if refused is not None:
+        raise HarnessError(refused.message(text), file=path, fix=FIX)
+    return text
 
 
 def lint_file(path: str, profile: dict[str, Any] | None = None) -> LintResult:
@@ -150,7 +168,7 @@ def lint_text(text: str, file: str = "<script>", profile: dict[str, Any] | None 
         findings.append(lint_finding("no-trainer-command", "no `python -m verl.trainer.main_ppo` (or main_*) command "
                                      "line found; nothing else was checked", "lint the script that starts the trainer",
                                      None))
-    return LintResult(file, _dedupe(findings), calls, ev)
+    return LintResult(file, _bounded(_dedupe(findings)), calls, ev)
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
@@ -162,6 +180,24 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
             seen.add(k)
             out.append(f)
     return sorted(out, key=lambda f: (f.line or 0, f.rule))
+
+
+def _bounded(findings: list[Finding]) -> list[Finding]:
+    """At most :data:`MAX_FINDINGS` findings of at most :data:`MAX_TEXT` characters each (message and fix): the
+    output stays small whatever the script repeats. The rest are counted by one finding, an error if any was."""
+    def cut(text: str) -> str:
+        return text if len(text) <= MAX_TEXT else f"{text[:MAX_TEXT]}… ({len(text) - MAX_TEXT:,} more characters)"
+
+    out = [f if len(f.message) <= MAX_TEXT and len(f.fix) <= MAX_TEXT else replace(f, message=cut(f.message),
+                                                                                        fix=cut(f.fix))
+           for f in findings[:MAX_FINDINGS]]
+    rest = findings[MAX_FINDINGS:]
+    if rest:
+        n_err = sum(f.severity == "error" for f in rest)
+        out.append(Finding("too-many-findings", "error" if n_err else "warning",
+                           f"{len(rest):,} more finding(s) ({n_err:,} error(s)) from line {rest[0].line} on are not "
+                           "listed", "fix the ones listed and lint again", None, rest[0].line))
+    return out
 
 
 # ----------------------------------------------------------------------------- one trainer call
@@ -317,17 +353,19 @@ def _unresolved_engine(ov: Override, line: int) -> Finding:
 
 
 def _duplicates(overrides: list[Override], out: list[Finding]) -> None:
-    by_key: dict[str, list[Override]] = {}
+    """One finding per key given more than once, at its first line: the count and the first lines."""
+    by_key: dict[str, list[int]] = {}
     for ov in overrides:
-        by_key.setdefault(ov.key, []).append(ov)
-    for key, group in by_key.items():
-        if len(group) < 2:
+        by_key.setdefault(ov.key, []).append(ov.line)
+    for key, lines in by_key.items():
+        if len(lines) < 2:
             continue
-        lines = ", ".join(str(o.line) for o in group)
-        for ov in group:
-            out.append(lint_finding(
-                "duplicate-key", f"{key} is given {len(group)} times (lines {lines}): the last one wins and the "
-                "others are dead", f"keep one {key} override", ov.line, key))
+        shown = ", ".join(str(n) for n in lines[:DUPLICATE_LINES_SHOWN])
+        more = len(lines) - DUPLICATE_LINES_SHOWN
+        where = f"lines {shown}" + (f", … and {more:,} more" if more > 0 else "")
+        out.append(lint_finding(
+            "duplicate-key", f"{key} is given {len(lines):,} times ({where}): the last one (line {lines[-1]}) wins "
+            "and the others are dead", f"keep one {key} override", lines[0], key))
 
 
 def _group_packages(overrides: list[Override], out: list[Finding]) -> tuple[str, ...]:
@@ -349,6 +387,7 @@ def _group_packages(overrides: list[Override], out: list[Finding]) -> tuple[str,
 
 def _key_checks(overrides: list[Override], engine: str, out: list[Finding], judged: list[Finding],
                 replaced: tuple[str, ...] = ()) -> None:
+    suggestions = MAX_SUGGESTIONS  # difflib is slow: only the first unknown keys get a "did you mean"
     for ov in overrides:
         if ov.is_group or ov.key.startswith("hydra.") or "$" in ov.key:
             continue
@@ -365,7 +404,8 @@ def _key_checks(overrides: list[Override], engine: str, out: list[Finding], judg
                     f"select the engine with model_engine={owners[0]} (an override of its own, not under "
                     "actor_rollout_ref), or remove the key", ov.line, ov.key))
                 continue
-            close = _close_key(ov.key, engine)
+            close = _close_key(ov.key, engine) if suggestions > 0 else None
+            suggestions -= 1
             hint = f"did you mean '{close}'? otherwise " if close else ""
             todo = f"add it with +{ov.key}=... if verl reads it" if ov.prefix == "" else "remove it"
             out.append(lint_finding(
@@ -410,11 +450,17 @@ def _all_keys(engine: str) -> tuple[str, ...]:
     return tuple(engine_defaults(engine))
 
 
+@functools.cache
+def _by_leaf(engine: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for k in _all_keys(engine):
+        out.setdefault(k.rsplit(".", 1)[-1], []).append(k)
+    return out
+
+
 def _close_key(key: str, engine: str) -> str | None:
-    keys = _all_keys(engine)
-    leaf = key.rsplit(".", 1)[-1]
-    same_leaf = [k for k in keys if k.rsplit(".", 1)[-1] == leaf]
-    pool = same_leaf or list(keys)
+    same_leaf = _by_leaf(engine).get(key.rsplit(".", 1)[-1], [])
+    pool = same_leaf or list(_all_keys(engine))
     match = difflib.get_close_matches(key, pool, n=1, cutoff=0.5 if same_leaf else 0.8)
     return match[0] if match else None
 

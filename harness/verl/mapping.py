@@ -11,6 +11,7 @@ the FSDP engine; ``actor_rollout_ref.ref.param_offload`` lives in the ref's engi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +34,9 @@ SPECIAL: dict[str, dict[str, str]] = {
 }
 # Recipe fields never filled from verl's defaults (verl's point at files or a model that are not here).
 NO_VERL_DEFAULT = ("data.train_files", "data.val_files")
+# What would end or break a line of the exported launcher: control characters, and the line / paragraph separators
+# some editors break lines at.
+LINE_BREAKING = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def recipe_leaves(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -99,12 +103,34 @@ def export_overrides(config: dict[str, Any]) -> list[tuple[str, Any]]:
         if is_code_loading_key(vkey):
             continue
         value = get_dotted(config, rkey)
+        _one_line(rkey, value)
         if rkey == "model.name":
             value = config["model"].get("path") or value
         elif rkey in DATA_FILES and value is None:
             value = dataset_default(config["data"]["dataset"], DATA_FILES[rkey])
         out.append((prefix + vkey, value))
     return out
+
+
+def _one_line(key: str, value: Any) -> None:
+    """Refuse a value holding a control character: an override (a Hydra value on a launcher line) never carries one,
+    so no value can start a line of its own."""
+    stack = [value]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, dict):
+            stack.extend([*cur.keys(), *cur.values()])
+        elif isinstance(cur, list):
+            stack.extend(cur)
+        elif isinstance(cur, str) and (m := LINE_BREAKING.search(cur)):
+            raise HarnessError(f"the value holds a control character (U+{ord(m.group()):04X}): an exported override is "
+                               "one line", key_path=key, fix="remove it from the recipe")
+
+
+def comment_text(text: str) -> str:
+    """``text`` for a ``#`` comment line: a control character (or line separator) becomes its escape (``\\n``), so
+    the comment stays one line whatever the text holds."""
+    return LINE_BREAKING.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def override_lines(pairs: list[tuple[str, Any]]) -> list[str]:
@@ -134,11 +160,16 @@ def default_log_path(name: str, profile: str, scale: str) -> str:
 def launcher_script(name: str, source: str, profile: str, scale: str, pairs: list[tuple[str, Any]],
                     log_path: str | None = None) -> str:
     """A complete bash launcher for verl: ``set -euo pipefail``, every override listed, no pass-through; with
-    ``log_path`` it exports ``VERL_FILE_LOGGER_PATH`` (default ``log_path``) for verl's file logger."""
+    ``log_path`` it exports ``VERL_FILE_LOGGER_PATH`` (default ``log_path``) for verl's file logger. Text from
+    the recipe is one line each: comments are escaped (:func:`comment_text`), a value with a control character
+    is refused."""
+    for key, value in pairs:
+        _one_line(key, value)
     lines = [
         "#!/usr/bin/env bash",
-        f"# verl launcher for recipe {name} (profile {profile}, scale {scale}), written by `harness export-verl`.",
-        f"# source launcher: {source}",
+        comment_text(f"# verl launcher for recipe {name} (profile {profile}, scale {scale}), written by "
+                     "`harness export-verl`."),
+        f"# source launcher: {comment_text(source)}",
         "# Every override is listed; the script takes no arguments and loads no code.",
         "set -euo pipefail",
         "",

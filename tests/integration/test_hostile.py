@@ -103,6 +103,22 @@ def _nonempty(tmp: Path, run: Path) -> None:
     (tmp / "mine" / "metrics.jsonl").write_text('{"step": 1, "x": 1}\n')
 
 
+def _newline_source(tmp: Path, run: Path) -> None:
+    recipe = json.loads((ROOT / "recipes" / "qwen3_1_7b.json").read_text())
+    recipe["name"], recipe["source"]["launcher"] = "pwn", f"x\ntouch {tmp}/{MARKER}\n#"
+    (tmp / "pwn.json").write_text(json.dumps(recipe))
+
+
+def _repeated_key(tmp: Path, run: Path) -> None:
+    lines = "".join(f"  trainer.project_name=p{i} \\\n" for i in range(3000))
+    (tmp / "dup.sh").write_text(f"python3 -m verl.trainer.main_ppo \\\n{lines}  trainer.nnodes=1\n")
+
+
+def _big_launcher(tmp: Path, run: Path) -> None:
+    line = "  trainer.project_name=p \\\n"
+    (tmp / "big.sh").write_text("python3 -m verl.trainer.main_ppo \\\n" + line * (10_000_000 // len(line)) + "  x=1\n")
+
+
 def _sparse(tmp: Path, run: Path) -> None:
     with open(tmp / "big.json", "wb") as fh:
         fh.truncate(2 << 30)  # 2 GiB, sparse: costs no disk
@@ -250,6 +266,9 @@ SETUPS: dict[str, Callable[[Path, Path], None]] = {
         {"model.norm.weight": {"dtype": "F32", "shape": [2 ** 38], "data_offsets": [0, 2 ** 40]}})),
     "model-config-68gb": lambda tmp, run: _model_recipe(tmp, "mh", {"hidden_size": 65536, "vocab_size": 10 ** 6,
                                                                    "num_hidden_layers": 200}, b""),
+    "newline-source-recipe": _newline_source,
+    "repeated-key-3000": _repeated_key,
+    "launcher-10mb": _big_launcher,
 }
 
 
@@ -284,7 +303,7 @@ def test_hostile_case(name: str, setup: str, code: int, text: str, argv: str, tm
     tmp, run = tmp_path / "scratch", tmp_path / "scratch" / "run"
     tmp.mkdir()
     SETUPS[setup](tmp, run)
-    args = [a.format(tmp=tmp, run=run, repo=ROOT, fx=FX) for a in shlex.split(argv)]
+    args = [a.format(tmp=tmp, run=run, repo=ROOT, fx=FX, nl="\n") for a in shlex.split(argv)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "DOCKER_HOST": "unix:///nonexistent/docker.sock", "HARNESS_RUNTIME_DEFAULT": "local",
            "HARNESS_CACHE": str(tmp_path_factory.mktemp("cache"))}
@@ -319,4 +338,7 @@ def test_corpus_covers_each_finding() -> None:
                    "certificate-forged-keyid", "certificate-keyid-newline", "certificate-duplicate-keyids",
                    "certificate-100k-signatures", "certificate-duplicate-payload", "certificate-duplicate-result",
                    "mlperf-check-relative-path"):
+                   "set-trust-remote-code", "launcher-command-substitution", "launcher-parser-crash-lint",
+                   "launcher-parser-crash-import", "export-source-newline", "lint-repeated-key",
+                   "slurm-partition-newline", "slurm-time-newline"):
         assert needed in names, needed

@@ -128,3 +128,32 @@ def test_slurm_command_passes_overrides_quoted_and_never_overwrites(tmp_path, ca
     assert main([*argv, "--write", str(script), "--force"]) == 0
     assert main(["slurm", "qwen3_vl_30b", "--profile", "gpu-8x-h200-141g", "--scale", "full", "--out", "x",
                  "--set", "trainer.nnodes=3"]) in (1, 2)  # refused before a line is written
+
+
+@pytest.mark.parametrize("option, value, why", [
+    ("--partition", "gpu\ntouch X/PWNED", "not a Slurm partition name"),
+    ("--partition", "gpu;id", "not a Slurm partition name"),
+    ("--time", "04:00:00\nid", "not a Slurm time limit"),
+    ("--time", "4h", "not a Slurm time limit"),
+    ("--time", "1-2:3:4:5", "not a Slurm time limit"),
+    ("--out", "/shared/r\nid", "control character (U+000A)"),
+    ("--set", "seed=1\nid", "control character (U+000A)"),
+])
+def test_slurm_refuses_a_value_that_would_break_a_line(option: str, value: str, why: str, capsys) -> None:
+    from harness.cli import main
+
+    argv = ["slurm", "qwen3_1_7b", "--profile", "gpu-8x-h200-141g", "--out", "/shared/r", option, value]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert captured.out == "" and len(err) == 1 and err[0].startswith(f"error: {option}: ") and why in err[0]
+
+
+@pytest.mark.parametrize("value", ["30", "30:00", "04:00:00", "2-12", "2-12:30", "2-12:30:00"])
+def test_slurm_time_formats(value: str, capsys) -> None:
+    from harness.cli import main
+
+    assert main(["slurm", "qwen3_1_7b", "--profile", "gpu-8x-h200-141g", "--out", "/shared/r", "--time", value,
+                 "--partition", "gpu_a,debug-2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"#SBATCH --time={value}" in lines and "#SBATCH --partition=gpu_a,debug-2" in lines

@@ -10,6 +10,7 @@ import pytest
 from harness.cli import main
 from harness.config.recipe import load_recipe_file
 from harness.config.schema import schema_errors
+from harness.errors import HarnessError
 from harness.verl.lint import lint_file
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "verl"
@@ -156,3 +157,31 @@ def test_export_unknown_profile_is_bad_input(capsys: pytest.CaptureFixture[str])
     assert main(["export-verl", "qwen3_vl_30b", "--profile", "no-such"]) == 2
     assert main(["export-verl", "qwen3_vl_30b", "--profile", "cpu", "--scale", "full"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 2
+
+
+def test_recipe_text_never_starts_a_launcher_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A source.launcher holding a newline is refused by the schema (validate and export alike), and whatever text
+    the exporter copies, each comment and value stays on its own line."""
+    recipe = json.loads(Path("recipes/qwen3_1_7b.json").read_text(encoding="utf-8"))
+    recipe["name"], recipe["source"]["launcher"] = "pwn", "x\ntouch X/PWNED\n#"
+    path = tmp_path / "pwn.json"
+    path.write_text(json.dumps(recipe), encoding="utf-8")
+    assert main(["validate", str(path)]) == 2
+    assert "$.source.launcher" in capsys.readouterr().err
+    assert main(["export-verl", str(path), "--profile", "gpu-8x-h200-141g", "--format", "script"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "/source/launcher" in err[0] and "one line" in err[0]
+    from harness.verl.mapping import launcher_script
+
+    text = launcher_script("n", "x\ntouch X/PWNED\n#\u2028y\x1b", "p", "s", [("trainer.project_name", "a b")])
+    assert text.splitlines()[2] == "# source launcher: x\\ntouch X/PWNED\\n#\\u2028y\\x1b"
+    assert not any(line.startswith("touch") for line in text.splitlines())
+    with pytest.raises(HarnessError, match="control character .U\\+000A.") as err_:
+        launcher_script("n", "s", "p", "s", [("trainer.project_name", "a\nid")])
+    assert err_.value.key_path == "trainer.project_name"
+    bad = json.loads(Path("recipes/qwen3_1_7b.json").read_text(encoding="utf-8"))
+    bad["model"]["name"] = "Qwen/Qwen3\n-1.7B"
+    from harness.verl.mapping import export_overrides
+
+    with pytest.raises(HarnessError, match="control character"):
+        export_overrides(bad)

@@ -66,7 +66,8 @@ def test_seed_pr_bugs_all_found(capsys: pytest.CaptureFixture[str]) -> None:
     assert at("argument-pass-through") == [30]
     assert at("code-loading-key") == [25]  # data.trust_remote_code=True
     assert at("max-model-len-too-small") == [26]  # 1024 < 512 + 2048
-    assert at("duplicate-key") == [27, 28]  # trainer.use_legacy_worker_impl twice: both lines
+    assert at("duplicate-key") == [27]  # trainer.use_legacy_worker_impl twice: one finding, naming lines 27 and 28
+    assert "given 2 times (lines 27, 28)" in out
     assert at("undefined-variable") == [29]  # ${ENGINE_FLAGS} under set -u
     assert at("devices-per-node") == [7, 23]  # trainer.device (verl default cuda) and n_gpus_per_node=8
     assert "n_gpus_per_node 8 != 16" in out
@@ -83,7 +84,8 @@ def test_human_and_json_output(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert rc == 1
     dup, clean = doc["files"]
-    assert dup["errors"] == 2 and {f["line"] for f in dup["findings"]} == {23, 25}
+    assert dup["errors"] == 1 and {f["line"] for f in dup["findings"]} == {23}
+    assert "(lines 23, 25): the last one (line 25) wins" in dup["findings"][0]["message"]
     assert clean["findings"] == [] and clean["trainer_commands"][0]["program"] == "verl.trainer.main_ppo"
 
 
