@@ -337,8 +337,7 @@ def test_corpus_covers_each_finding() -> None:
                    "safetensors-offset-2e40", "model-config-68gb", "certificate-forged-own-pubkey",
                    "certificate-forged-keyid", "certificate-keyid-newline", "certificate-duplicate-keyids",
                    "certificate-100k-signatures", "certificate-duplicate-payload", "certificate-duplicate-result",
-                   "mlperf-check-relative-path"):
-                   "set-trust-remote-code", "launcher-command-substitution", "launcher-parser-crash-lint",
+                   "mlperf-check-relative-path", "launcher-parser-crash-lint",
                    "launcher-parser-crash-import", "export-source-newline", "lint-repeated-key",
                    "slurm-partition-newline", "slurm-time-newline"):
         assert needed in names, needed
