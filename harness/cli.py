@@ -3,7 +3,7 @@
 Each command lives in ``harness/commands/<name>.py`` and exposes ``HELP`` (one line),
 ``add_arguments(parser)`` and ``execute(args) -> int``. Exit codes: 0 ok, 1 findings or
 regression, 2 bad input or usage. A :class:`HarnessError` is printed as its one line, never
-as a traceback.
+as a traceback; so is an :class:`OSError` no command turned into one (a read-only or full file system: exit 2).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from harness import __version__, numerics
-from harness.errors import EXIT_USAGE, HarnessError
+from harness.errors import EXIT_USAGE, HarnessError, os_error
 
 # command name -> module under harness.commands (kept in the order `--help` lists them)
 COMMANDS: dict[str, str] = {
@@ -82,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
         return 130
+    except OSError as err:  # the last line of defence: a read-only or full disk, no permission, …
+        sys.stderr.write(f"error: {os_error(err, doing='use the file').one_line()}\n")
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":  # pragma: no cover

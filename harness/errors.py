@@ -56,3 +56,19 @@ class HarnessError(Exception):
         if self.fix:
             text += f" (fix: {self.fix})"
         return shown(" ".join(text.split()))  # always exactly one line, nothing that drives a terminal
+
+
+def os_error(err: OSError, path: object = None, *, doing: str = "write") -> HarnessError:
+    """An :class:`OSError` from the file system (a read-only or full disk, no permission) as one line naming
+    the path (``path``: the file being written, rather than a temporary file the error names) and the errno text."""
+    import errno
+
+    where = path if path is not None else err.filename
+    text = err.strerror or str(err) or type(err).__name__
+    fix = {errno.ENOSPC: "free space on that file system, or write elsewhere",
+           errno.EDQUOT: "free space in your quota, or write elsewhere",
+           errno.EROFS: "choose a directory on a writable file system",
+           errno.EACCES: "check the permissions, or choose another directory",
+           errno.EPERM: "check the permissions, or choose another directory"}.get(err.errno or 0,
+                                                                               "check the path and the file system")
+    return HarnessError(f"cannot {doing} ({text})", file=None if where is None else str(where), fix=fix)

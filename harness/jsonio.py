@@ -16,6 +16,7 @@ larger than a limit, checked before anything is read into memory.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -26,7 +27,7 @@ from json.decoder import JSONDecodeError, scanstring  # type: ignore[attr-define
 from pathlib import Path
 from typing import Any
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, os_error
 
 _WS = " \t\n\r"
 MiB = 1 << 20
@@ -287,11 +288,16 @@ def dumps(obj: Any) -> str:
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` atomically: temp file in the same dir, fsync, rename, fsync dir.
 
-    The rename replaces whatever ``path`` was (a symbolic link is replaced, never followed).
+    The rename replaces whatever ``path`` was (a symbolic link is replaced, never followed). A file system
+    error (read-only, full, no permission) is a one-line :class:`HarnessError` naming ``path``; the old file
+    is left as it was and no temporary file is left behind.
     """
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    except OSError as err:
+        raise os_error(err, p) from None
     try:
         os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as fh:
@@ -299,11 +305,13 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as err:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(err, OSError):
+            raise os_error(err, p) from None
         raise
     dir_fd = os.open(p.parent, os.O_RDONLY)
     try:
@@ -320,9 +328,11 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 def open_new(path: str | os.PathLike[str], *, append_existing: bool = False) -> int:
     """A write descriptor for a file created here (``O_EXCL``), never through a symbolic link.
 
-    ``append_existing``: an existing regular file is opened for appending instead (a resumed run).
+    ``append_existing``: an existing regular file is opened for appending instead (a resumed run). The open
+    does not block (a FIFO planted in its place is refused at once) and the descriptor is checked with
+    ``fstat``: only a regular file is written.
     """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     flags |= os.O_APPEND if append_existing else os.O_EXCL
     try:
         fd = os.open(path, flags, 0o666)
@@ -330,12 +340,22 @@ def open_new(path: str | os.PathLike[str], *, append_existing: bool = False) -> 
         raise HarnessError("already exists; not overwritten", file=str(path),
                            fix="choose a new or empty run directory") from None
     except OSError as err:
+        if os.path.lexists(path) and not os.path.islink(path) and not os.path.isfile(path):
+            raise _not_regular(path) from None  # e.g. a FIFO with no reader (ENXIO)
+        if err.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES):
+            raise os_error(err, path, doing="create") from None
         raise HarnessError(f"cannot create ({err.strerror}; symbolic links are not followed)", file=str(path),
                            fix="choose a new or empty run directory") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise HarnessError("not a regular file; not written", file=str(path), fix="choose a new run directory")
+        raise _not_regular(path)
+    os.set_blocking(fd, True)
     return fd
+
+
+def _not_regular(path: str | os.PathLike[str]) -> HarnessError:
+    return HarnessError("not a regular file (a FIFO, device or socket); not written", file=str(path),
+                        fix="remove it, or choose a new run directory")
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from harness.config.recipe import SCALES_DEFAULT
 
@@ -19,6 +20,27 @@ def add_override_argument(p: argparse.ArgumentParser, applies_to: str = "") -> N
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help=f"override an allowlisted key (repeatable){applies_to}; see `harness validate "
                         "--list-overrides`")
+
+
+def steps_count(minimum: int = 1) -> Callable[[str], int]:
+    """An argparse ``type`` for a step count: an integer from ``minimum`` to the schema's bound on
+    ``trainer.total_training_steps`` (:func:`harness.config.recipe.steps_maximum`); else argparse's one-line
+    usage error (exit 2)."""
+
+    def parse(text: str) -> int:
+        from harness.config.recipe import steps_maximum
+
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        top = steps_maximum()
+        if not minimum <= n <= top:
+            raise argparse.ArgumentTypeError(f"must be {minimum}..{top} (the bound on trainer.total_training_steps), "
+                                             f"got {n}")
+        return n
+
+    return parse
 
 
 def chosen_profile(args: argparse.Namespace) -> str:

@@ -11,7 +11,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from harness.commands import add_override_argument, add_target_arguments, chosen_profile
+from harness.commands import add_override_argument, add_target_arguments, chosen_profile, steps_count
 from harness.config.recipe import resolve
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
 
@@ -20,7 +20,7 @@ HELP = "Check that an interrupted run resumes bit for bit (N straight vs N/2 + r
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_target_arguments(p)
-    p.add_argument("--steps", type=int, default=6, help="steps of the straight run (default 6; resumed at N/2)")
+    p.add_argument("--steps", type=steps_count(2), default=6, help="steps of the straight run (default 6; resumed at N/2)")
     add_override_argument(p, ", applied to both runs")
     p.add_argument("--nproc-per-node", type=int, default=1, help="processes (torchrun) on the cpu profile; 1 = local")
     p.add_argument("--workdir", type=Path, help="where the two runs go (default: a temporary directory)")

@@ -16,8 +16,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from harness.commands import chosen_profile
-from harness.errors import EXIT_FINDINGS, EXIT_OK
+from harness.commands import chosen_profile, steps_count
+from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
 from harness.jsonio import load_json_strict, write_bytes_atomic, write_json_atomic, write_text_atomic
 
 HELP = "Run every recipe at smoke scale and judge it; JUnit XML + Markdown summary; non-zero on any regression."
@@ -28,12 +28,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="hardware profile (default: the one matching this machine)")
     p.add_argument("--recipes", help="comma-separated recipe names (default: every recipe supporting the profile)")
     p.add_argument("--scale", default="smoke", help=argparse.SUPPRESS)
-    p.add_argument("--steps", type=int, help="GRPO steps per recipe (default: the recipe's; fewer compares a prefix)")
+    p.add_argument("--steps", type=steps_count(), help="GRPO steps per recipe (default: the recipe's; fewer compares a prefix)")
     p.add_argument("--out", type=Path, default=Path("runs/gate"), help="output directory (default: runs/gate)")
     p.add_argument("--baselines", type=Path, help="baselines directory (default: baselines/)")
     p.add_argument("--runtime", default="local", choices=("auto", "local", "docker", "torchrun"),
                    help="where each recipe runs (default: local)")
-    p.add_argument("--ckpt-resume-steps", type=int, default=6, metavar="N",
+    p.add_argument("--ckpt-resume-steps", type=steps_count(0), default=6, metavar="N",
                    help="per recipe, also run N steps straight vs N/2 + resume N/2 and compare bitwise "
                         "(default 6; 0 = skip)")
     p.add_argument("--junit", type=Path, help="write JUnit XML here")
@@ -44,7 +44,13 @@ def _recipes(args: argparse.Namespace, profile: str) -> list[str]:
     from harness.config.recipe import load_recipe_file, recipe_names, recipe_path
 
     if args.recipes:
-        return [r.strip() for r in args.recipes.split(",") if r.strip()]
+        known = recipe_names()
+        names = [r.strip() for r in args.recipes.split(",") if r.strip()]
+        for name in names:  # names only: each becomes <out>/<name>/ and baselines/<name>/
+            if name not in known:
+                raise HarnessError(f"no such recipe {name!r}", key_path="--recipes",
+                                   fix=f"give recipe names from recipes/, comma-separated: {', '.join(known)}")
+        return names
     out = []
     for name in recipe_names():
         rec = load_recipe_file(recipe_path(name))
@@ -93,7 +99,6 @@ def run_one(recipe: str, profile: str, args: argparse.Namespace) -> dict[str, An
 def ckpt_resume(result: dict[str, Any], recipe: str, profile: str, args: argparse.Namespace) -> None:
     """Add the checkpoint-resume check (N straight vs N/2 + resume N/2, bitwise) to ``result``."""
     from harness.config.recipe import resolve
-    from harness.errors import HarnessError
     from harness.run.resume_check import ckpt_resume_check
 
     print(f"gate: {recipe} ckpt-resume ...", file=sys.stderr, flush=True)
@@ -165,8 +170,9 @@ def execute(args: argparse.Namespace) -> int:
     from harness.judge.report import write_gate_report
 
     profile = chosen_profile(args)
+    recipes = _recipes(args, profile)  # bad names are refused before anything is written
     args.out.mkdir(parents=True, exist_ok=True)
-    results = [run_one(r, profile, args) for r in _recipes(args, profile)]
+    results = [run_one(r, profile, args) for r in recipes]
     if args.ckpt_resume_steps:
         for r in results:
             if r["status"] in ("pass", "fail"):

@@ -3,7 +3,9 @@
 Writes ``DIR/signing-key.pem`` (the private key, PKCS#8 PEM, created mode 0600) and
 ``DIR/signing-key.pub.pem`` (the public key; ``certify`` writes it beside the certificate), and prints
 the keyid: the fingerprint to publish apart from the certificates, the only thing a verifier trusts. An
-existing key is never overwritten without ``--force``.
+existing key is never overwritten without ``--force``. Both files are written to
+temporary files first and renamed (or linked) into place: a full or read-only disk leaves no partial key, and
+the error is one line naming the file.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness.commands import add_target_arguments, chosen_profile
+from harness.commands import add_target_arguments, chosen_profile, steps_count
 from harness.errors import EXIT_OK, HarnessError
 
 HELP = "Record a baseline from N seeded runs (noise floor, throughput, memory, tolerance policy)."
@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "the statistical tier needs at least 5 for its olympic mean)")
     p.add_argument("--throughput-only", action="store_true", help="add this machine's throughput reference (device "
                    "model and thread count) to the existing baseline, from --seeds runs of the recipe's seed")
-    p.add_argument("--steps", type=int, help="GRPO steps per run (default: the recipe's total)")
+    p.add_argument("--steps", type=steps_count(), help="GRPO steps per run (default: the recipe's total)")
     p.add_argument("--force", action="store_true", help="replace an existing baseline")
     p.add_argument("--jobs", type=int, default=1, help="seeds run at a time (default 1; with more, the throughput "
                    "they record is contended: re-measure it with --throughput-only --force)")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.commands import add_override_argument, add_target_arguments, chosen_profile
+from harness.commands import add_override_argument, add_target_arguments, chosen_profile, steps_count
 from harness.config.recipe import Resolved, parse_override, resolve
 from harness.config.safety.check import preflight
 from harness.errors import EXIT_OK, HarnessError
@@ -25,7 +25,7 @@ RUNTIMES = ("auto", "local", "docker", "torchrun")
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     add_target_arguments(p)
-    p.add_argument("--steps", type=int, help="GRPO steps (default: the recipe's trainer.total_training_steps)")
+    p.add_argument("--steps", type=steps_count(), help="GRPO steps (default: the recipe's trainer.total_training_steps)")
     add_override_argument(p)
     p.add_argument("--runtime", choices=RUNTIMES, default=os.environ.get("HARNESS_RUNTIME_DEFAULT", "auto"),
                    help="where to run: local process, docker (pinned image), torchrun (N processes), "

@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from harness.commands import add_override_argument, add_target_arguments, chosen_profile
+from harness.commands import add_override_argument, add_target_arguments, chosen_profile, steps_count
 from harness.config.recipe import resolve
 from harness.config.safety.check import preflight
 from harness.errors import EXIT_OK, HarnessError
@@ -30,7 +30,7 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_target_arguments(p)
     p.add_argument("--out", required=True, metavar="RUN_DIR", help="the run directory on the cluster's shared disk")
-    p.add_argument("--steps", type=int, help="stop after N steps (default: the recipe's)")
+    p.add_argument("--steps", type=steps_count(), help="stop after N steps (default: the recipe's)")
     add_override_argument(p, ", passed on to every node")
     p.add_argument("--partition", help="#SBATCH --partition")
     p.add_argument("--time", default="04:00:00", metavar="HH:MM:SS", help="#SBATCH --time (default 04:00:00)")

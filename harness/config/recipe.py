@@ -95,6 +95,14 @@ def _schema_at(dotted: str) -> dict[str, Any] | None:
     return node
 
 
+def steps_maximum() -> int:
+    """The most GRPO steps a run may ask for: the schema's bound on ``trainer.total_training_steps`` (the one
+    ``--set`` is held to, so ``--steps`` is held to it too)."""
+    node = _schema_at("trainer.total_training_steps")
+    assert node is not None and "maximum" in node, "the recipe schema bounds trainer.total_training_steps"
+    return int(node["maximum"])
+
+
 def overridable_keys() -> list[str]:
     """Every dotted key ``--set`` accepts."""
     out: list[str] = []

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from harness.core.spec import PROFILE_NAME, Registered, Section, field
+from harness.core.spec import MAX_STEPS, PROFILE_NAME, RECIPE_NAME, Registered, Section, field
+from harness.paths import SAFE_NAME
 
 SHA256 = "^[0-9a-f]{64}$"
 UTC = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$"
@@ -104,15 +105,15 @@ class Machine(Section):
 
 
 class RecipeRef(Section):
-    name: str = field("Recipe id.", min_length=1)
+    name: str = field("Recipe id (a file and directory name: baselines/<name>/).", pattern=RECIPE_NAME)
     path: str = field("Recipe file the run was resolved from.", min_length=1)
     hash: str = sha("SHA-256 of the recipe file's canonical JSON (overrides never change it).")
     config_hash: str = sha("SHA-256 of the resolved config (scale + profile + overrides applied).")
 
 
 class Steps(Section):
-    requested: int = field("GRPO steps asked for.", ge=1)
-    completed: int = field("GRPO steps written to metrics.jsonl.", ge=0)
+    requested: int = field("GRPO steps asked for.", ge=1, le=MAX_STEPS)
+    completed: int = field("GRPO steps written to metrics.jsonl.", ge=0, le=MAX_STEPS)
 
 
 class Launch(Section):
@@ -195,7 +196,8 @@ class Manifest(Section):
     error: str | None = field("One-line error of a failed or interrupted run; null otherwise.")
     recipe: RecipeRef = field("The recipe that ran.")
     profile: str = field("Hardware profile.", pattern=PROFILE_NAME)
-    scale: str = field("Recipe scale.", min_length=1)
+    scale: str = field("Recipe scale (a file name part: baselines/<recipe>/<profile>-<scale>.json).",
+                       pattern=SAFE_NAME)
     seed: int = field("Global seed of the run (after overrides).", ge=0)
     deterministic: bool = field("Deterministic algorithms were forced.")
     overrides: Overrides
@@ -219,6 +221,38 @@ class Manifest(Section):
         "Each time the run was continued from a checkpoint (harness run --resume), in order.")
     calibration: Calibration | SkipJsonSchema[None] = optional(
         "This machine's speed, measured at the run's start and end (written when it completes).")
+
+
+# ----------------------------------------------------------------------------- checkpoint
+class SchedulerState(BaseModel):
+    """torch's LambdaLR state: the keys every torch version writes are declared; torch's own private keys vary
+    with its version and are checked against the live scheduler's when the checkpoint is loaded."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    base_lrs: list[NonNegative] = field("Initial learning rate of each parameter group.", min_length=1)
+    last_epoch: int = field("Scheduler steps taken.", ge=0, le=MAX_STEPS)
+    lr_lambdas: list[dict[str, Any] | None] = field("Per group: null for a function (its state is not saved).",
+                                                    min_length=1)
+
+
+class LoaderState(Section):
+    epoch: int = field("Passes over the prompts started.", ge=0)
+    position: int = field("Prompts taken in this pass.", ge=0)
+    seed: int = field("Shuffle seed.", ge=0)
+    num_prompts: int = field("Prompts in the training set.", ge=0)
+    batch_size: int = field("Prompts per step.", ge=1)
+
+
+class TrainerState(Section):
+    """A checkpoint's trainer-state.json: where the run was when the checkpoint was written."""
+
+    step: int = field("GRPO steps done (the checkpoint directory's step-<step>).", ge=1, le=MAX_STEPS)
+    tokens_seen: int = field("Tokens trained on so far.", ge=0)
+    world_size: int = field("Training processes that wrote it (one state-rank<r> pair each).", ge=1, le=65536)
+    utc: str = utc("When it was written (UTC).")
+    scheduler: SchedulerState = field("Learning-rate schedule.")
+    loader: LoaderState = field("Data loader position.")
 
 
 # ----------------------------------------------------------------------------- baseline

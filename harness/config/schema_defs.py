@@ -108,7 +108,8 @@ def record_schemas() -> dict[str, dict[str, Any]]:
     """The run records' and certification's schemas (their integers keep their own bounds)."""
     out = {f"{name}.schema.json": from_model(model, name, (model.__doc__ or "").strip(), capped=False)
            for name, model in (("manifest", records.Manifest), ("baseline", records.Baseline),
-                               ("verdict", records.Verdict), ("suite", cert_records.Suite),
+                               ("verdict", records.Verdict), ("trainer-state", records.TrainerState),
+                               ("suite", cert_records.Suite),
                                ("certificate", cert_records.Certificate))}
     resolved = {k: v for k, v in recipe_schema(resolved=True).items() if k not in ("$schema", "$id", "title")}
     out["manifest.schema.json"]["properties"]["resolved_config"] = resolved  # the recipe, as the run resolved it

@@ -39,6 +39,7 @@ MAX_IMAGE_SIDE = 4096
 MAX_BATCH = 65_536
 MAX_TOKENS = 1 << 20
 MAX_STEPS = 10_000_000
+RECIPE_NAME = r"^[a-z0-9_]+$"  # a recipe id: also a file and directory name (recipes/, baselines/)
 MAX_GROUP = 1024
 MAX_SEED = 2**32 - 1  # NumPy's legacy seed range
 PROFILE_NAME = r"^[a-z0-9][a-z0-9.-]*$"
@@ -395,7 +396,7 @@ class Recipe(Section):
     schema_ref: str | SkipJsonSchema[None] = Field(None, alias="$schema", min_length=1,
                                                    description="Path or URI of this schema (editor hint).")
     schema_version: Literal[1] = field("Recipe format version.")
-    name: str = field("Recipe id (file name without .json).", pattern=r"^[a-z0-9_]+$")
+    name: str = field("Recipe id (file name without .json).", pattern=RECIPE_NAME)
     description: str = field("What this recipe reproduces.", min_length=1)
     source: Source = field("Where the published settings come from.")
     seed: int = field("Global seed (data order, init, sampling).", ge=0, le=MAX_SEED, over=True)

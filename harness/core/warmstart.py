@@ -10,7 +10,9 @@ name, shape and dtype match, its safetensors header passes :func:`harness.statef
 tensors (the embedding and an output head that shares it) hold the same values; anything else is reported in one
 line and trained again. The digest in ``<key>.json`` only catches accidents (whoever plants weights rewrites it), so
 the run's manifest records :func:`weights_sha256` of the weights it started from, a baseline keeps its primary
-run's, and a verdict with an unchanged environment fails a run whose warm start differs.
+run's, and a verdict with an unchanged environment fails a run whose warm start differs. A cache directory that cannot
+be written (read-only, full, no permission) is found before training, with a one-line notice: the warm start is then
+trained for this run only (the manifest's ``warm_start.cached`` is false).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +45,19 @@ if TYPE_CHECKING:
 
 def cache_dir() -> Path:
     return Path(os.environ.get("HARNESS_CACHE") or Path.home() / ".cache" / "harness") / "warm_start"
+
+
+def cache_unwritable(directory: Path) -> str | None:
+    """Why a cache entry cannot be stored in ``directory`` (a read-only or full file system, no permission: the
+    errno text), or None when it can: a probe file is created and removed, before hours of training depend on it."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    return None
 
 
 def code_fingerprint() -> str:
@@ -159,6 +175,10 @@ def run_warm_start(tr: GRPOTrainer) -> dict[str, Any]:
             return {"key": key, "cached": True, "path": str(path), "weights_sha256": weights_sha256(model)}
         except HarnessError as err:
             sys.stderr.write(f"notice: warm-start cache entry not used, training it again: {err.one_line()}\n")
+    unwritable = cache_unwritable(path.parent)
+    if unwritable:
+        sys.stderr.write(f"notice: the warm-start cache {path.parent} cannot be written ({unwritable}): training "
+                         "the warm start without caching it (set HARNESS_CACHE to a writable directory)\n")
     rng = np.random.default_rng([tr.seed, 7])
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0,
                             **adamw_kernel(tr.device, deterministic=True))
@@ -175,11 +195,18 @@ def run_warm_start(tr: GRPOTrainer) -> dict[str, Any]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss.detach()))
+    info = {"key": key, "cached": False, "path": str(path), "weights_sha256": weights_sha256(model),
+            "final_loss": losses[-1] if losses else None}
+    if unwritable:
+        return info
     from safetensors.torch import save
 
     data = save({k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, metadata={"key": key})
-    write_bytes_atomic(path, data)
-    write_json_atomic(path.with_suffix(".json"), {"key": key, "sha256": hashlib.sha256(data).hexdigest(),
-                                                  "losses": losses})
-    return {"key": key, "cached": False, "path": str(path), "weights_sha256": weights_sha256(model),
-            "final_loss": losses[-1] if losses else None}
+    try:
+        write_bytes_atomic(path, data)
+        write_json_atomic(path.with_suffix(".json"), {"key": key, "sha256": hashlib.sha256(data).hexdigest(),
+                                                      "losses": losses})
+    except HarnessError as err:  # e.g. the disk filled up meanwhile: the run goes on, the next one trains it again
+        path.unlink(missing_ok=True)
+        sys.stderr.write(f"notice: the warm start was not cached: {err.one_line()}\n")
+    return info

@@ -32,16 +32,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import os
 import re
+import secrets
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.config.schema_defs import SCHEMA_BASE
-from harness.errors import EXIT_USAGE, HarnessError
+from harness.errors import EXIT_USAGE, HarnessError, os_error
 from harness.jsonio import dumps, loads_strict
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -102,22 +104,64 @@ def sha256_regular(path: Path, limit: int = DIGEST_LIMIT, what: str = "file") ->
 
 
 # ----------------------------------------------------------------------------- keys
-def _write_new(path: Path, data: bytes, mode: int, force: bool) -> None:
-    """Create ``path`` with ``mode`` (O_EXCL, no symlink followed); with ``force`` replace it atomically."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    target = tmp if force else path
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    if force:
-        tmp.unlink(missing_ok=True)
-    fd = os.open(target, flags, mode)
+def _stage(path: Path, data: bytes, mode: int) -> Path:
+    """``data`` in a new temporary file beside ``path`` with ``mode`` (O_EXCL, no symlink followed), fsynced."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
+    except OSError as err:
+        raise os_error(err, path) from None
     try:
         os.fchmod(fd, mode)  # whatever the umask
-        os.write(fd, data)
+        with os.fdopen(fd, "wb", closefd=False) as fh:
+            fh.write(data)
+            fh.flush()
         os.fsync(fd)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise os_error(err, path) from None
     finally:
         os.close(fd)
-    if force:
-        os.replace(tmp, path)
+    return tmp
+
+
+def _link_new(tmp: Path, path: Path) -> None:
+    """``tmp`` also as ``path``, which must not exist (a hard link: atomic, never over a file)."""
+    try:
+        os.link(tmp, path)
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.EOPNOTSUPP) or os.path.lexists(path):
+            raise
+        os.rename(tmp, path)  # a file system without hard links: checked just before instead
+
+
+def _write_pair(files: list[tuple[Path, bytes, int]], force: bool) -> None:
+    """Write every (path, data, mode) whole or none of them: each is staged in a temporary file first (a full or
+    read-only disk leaves no partial key), then renamed over its path (``force``) or linked to it (never over an
+    existing file; a key pair half in place is taken back)."""
+    staged: list[tuple[Path, Path]] = []
+    placed: list[Path] = []
+    try:
+        for path, data, mode in files:
+            staged.append((_stage(path, data, mode), path))
+        for tmp, path in staged:
+            if force:
+                os.replace(tmp, path)
+            else:
+                _link_new(tmp, path)
+                placed.append(path)
+    except FileExistsError as err:
+        for path in placed:
+            path.unlink(missing_ok=True)
+        raise HarnessError("a key is already there; refusing to overwrite it", file=str(err.filename),
+                           key_path="--out", fix="choose another --out, or --force to replace the key pair") from None
+    except OSError as err:
+        for path in placed:
+            path.unlink(missing_ok=True)
+        raise os_error(err, staged[-1][1] if staged else None) from None
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
 
 
 def keygen(out_dir: Path, *, force: bool = False) -> tuple[Path, Path, str]:
@@ -132,10 +176,12 @@ def keygen(out_dir: Path, *, force: bool = False) -> tuple[Path, Path, str]:
     if existing and not force:
         raise HarnessError("a key is already there; refusing to overwrite it", file=str(existing[0]),
                            key_path="--out", fix="choose another --out, or --force to replace the key pair")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise os_error(err, out_dir, doing="create the key directory") from None
     signer = CryptoSigner.generate_ed25519()
-    _write_new(priv, signer.private_bytes, 0o600, force)
-    _write_new(pub, public_pem(signer), 0o644, force)
+    _write_pair([(priv, signer.private_bytes, 0o600), (pub, public_pem(signer), 0o644)], force)
     return priv, pub, signer.public_key.keyid
 
 

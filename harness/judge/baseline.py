@@ -29,7 +29,7 @@ from typing import Any
 from harness.config.schema import check, load_checked
 from harness.errors import HarnessError
 from harness.jsonio import file_sha256, load_json_strict
-from harness.paths import BASELINES_DIR
+from harness.paths import BASELINES_DIR, safe_name
 from harness.run.cpuload import IDLE_METRIC, OTHERS_METRIC, contended
 from harness.run.environment import summary
 from harness.run.record import is_complete, read_metrics, utc_now
@@ -224,6 +224,10 @@ def _finite_or_none(v: float | None) -> float | None:
 
 # ----------------------------------------------------------------------------- files
 def default_path(recipe: str, profile: str, scale: str, base: Path | None = None) -> Path:
+    """``baselines/<recipe>/<profile>-<scale>.json``; each name must be one path component (a name read from a
+    run's manifest never leads outside the baselines directory)."""
+    for what, name in (("recipe name", recipe), ("profile name", profile), ("scale name", scale)):
+        safe_name(name, what=what)
     return (base or BASELINES_DIR) / recipe / f"{profile}-{scale}.json"
 
 

@@ -25,6 +25,7 @@ from harness.config.schema import check
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.judge.baseline import (
+    DEFAULT_POLICY,
     build_baseline,
     load_baseline,
     load_series,
@@ -100,6 +101,14 @@ def replay_noise(primary: Any, profile: str, scale: str, baseline_path: Path, do
     return noise
 
 
+def need_steady_steps(steps: int, policy: dict[str, Any]) -> None:
+    """Refuse, before anything trains, runs too short to leave a steady step past the throughput warm-up."""
+    warmup = int(policy["throughput"]["warmup_steps"])
+    if steps <= warmup:
+        raise HarnessError(f"{steps} steps leave no steady step to measure throughput (the first {warmup} are "
+                           "warm-up)", key_path="--steps", fix=f"record at least {warmup + 1} steps")
+
+
 def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | None, out: Path, runs_dir: Path,
            command: str, progress: bool = True, force: bool = False, jobs: int = 1,
            log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -120,6 +129,7 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
         raise HarnessError("a baseline already exists", file=str(out),
                            fix="pass --force to replace it (review the diff before committing)")
     primary = resolve(recipe, profile, scale)
+    need_steady_steps(steps or primary.spec.trainer.total_training_steps, DEFAULT_POLICY)
     dirs = _seed_runs(primary, profile, scale, seeds, steps, runs_dir, progress, log, jobs)
     doc = build_baseline(dirs, command=command)
     scratch = runs_dir / out.name
@@ -157,6 +167,7 @@ def record_throughput(recipe: str, profile: str, scale: str, *, runs: int, steps
                            fix="record the baseline first (without --throughput-only)")
     doc = load_baseline(out)
     primary = resolve(recipe, profile, scale)
+    need_steady_steps(steps or doc["steps"], doc["policy"])
     dirs = _seed_runs(primary, profile, scale, runs, steps or doc["steps"], runs_dir, progress, log)
     manifest = load_json_strict(dirs[0] / "manifest.json")
     if manifest["recipe"]["hash"] != doc["recipe"]["hash"]:

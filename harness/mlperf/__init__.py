@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.jsonio import write_text_atomic
+from harness.errors import HarnessError, os_error
+from harness.jsonio import MiB, open_new, read_text_limited, write_text_atomic
 from harness.mlperf.benchmarks import (  # noqa: F401 (re-exported)
     EVAL_PREFIX,
     EVAL_SUFFIX,
@@ -52,20 +53,31 @@ def eval_accuracy(metrics: dict[str, Any]) -> float | None:
 
 
 class _LineHandler(logging.Handler):
-    """Appends each record as one line, flushed and fsynced (the run directory's durability rule)."""
+    """Appends each record as one line, flushed and fsynced (the run directory's durability rule).
 
-    def __init__(self, path: Path) -> None:
+    The file is created (or, for a resumed run, appended to) only if it is a regular file: a FIFO in its
+    place is refused without blocking (:func:`harness.jsonio.open_new`)."""
+
+    def __init__(self, path: Path, *, append: bool = False) -> None:
         super().__init__(logging.INFO)
-        self.fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.path = path
+        self.fh = os.fdopen(open_new(path, append_existing=append), "a", encoding="utf-8")
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.fh.write(self.format(record) + "\n")
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
+        try:
+            self.fh.write(self.format(record) + "\n")
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+        except OSError as err:
+            raise os_error(err, self.path) from None
 
     def close(self) -> None:
-        self.fh.close()
-        super().close()
+        try:
+            self.fh.close()
+        except OSError as err:
+            raise os_error(err, self.path) from None
+        finally:
+            super().close()
 
 
 class MlperfLog:
@@ -83,7 +95,7 @@ class MlperfLog:
             kept, self.reached = cut_back(self.path, resume_from, self.target)
         self.started = "run_start" in kept
         logger = logging.Logger(f"harness.mlperf.{id(self)}")  # not registered: one per run, no global state
-        self.handler = _LineHandler(self.path)
+        self.handler = _LineHandler(self.path, append=resume_from is not None)
         logger.addHandler(self.handler)
         self.log = mllog.MLLogger(logger=logger, default_stack_offset=1, root_dir=str(ROOT))
         self.c = constants
@@ -131,24 +143,65 @@ class MlperfLog:
         self.handler.close()
 
 
+LOG_LIMIT = 64 * MiB
+
+
+def _bad_line(path: Path, n: int, message: str, key: str | None = None) -> HarnessError:
+    return HarnessError(f"line {n}: {message}", file=str(path), key_path=key,
+                        fix="the log is damaged; restore it from the run's copy, or start a new run")
+
+
+def _event(path: Path, n: int, line: str) -> dict[str, Any] | None:
+    """The event a ``:::MLLOG {…}`` line holds, checked where a resume reads it (None: not an event line)."""
+    try:
+        ev = json.loads(line.split(":::MLLOG ", 1)[1])
+    except (IndexError, ValueError, RecursionError):
+        return None
+    if not isinstance(ev, dict) or not isinstance(ev.get("key"), str):
+        raise _bad_line(path, n, "an event without a string 'key'", "key")
+    meta = ev.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise _bad_line(path, n, "'metadata' is not an object", "metadata")
+    epoch = (meta or {}).get("epoch_num", 0)
+    if not isinstance(epoch, int) or isinstance(epoch, bool):
+        raise _bad_line(path, n, f"'epoch_num' is not an integer ({epoch!r})", "metadata.epoch_num")
+    value = ev.get("value")
+    if ev["key"] == "eval_accuracy" and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+        raise _bad_line(path, n, f"'value' of eval_accuracy is not a number ({value!r})", "value")
+    return ev
+
+
+def read_events(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Each line of a run's ``mlperf.log`` with its event, checked where a resume relies on it (:func:`_event`).
+
+    The log must be a regular file (else refused without blocking) whose lines are well formed ``:::MLLOG``
+    events; only a torn last line (the run killed mid-write) is dropped. A one-line error otherwise."""
+    lines = read_text_limited(path, LOG_LIMIT, what="MLPerf log", follow_symlinks=False).splitlines(keepends=True)
+    out = []
+    for n, line in enumerate(lines, 1):
+        ev = _event(path, n, line)
+        if ev is None:
+            if n == len(lines):
+                continue  # a torn last line
+            raise _bad_line(path, n, "not a ':::MLLOG {…}' event line")
+        out.append((line if line.endswith("\n") else line + "\n", ev))
+    return out
+
+
 def cut_back(path: Path, step: int, target: float | None) -> tuple[set[str], bool]:
     """Keep the log up to ``step`` (the resumed checkpoint): (the keys kept, whether a kept evaluation
-    reached ``target``)."""
-    if not path.is_file():
+    reached ``target``); the log is read by :func:`read_events`."""
+    if not os.path.lexists(path):
         return set(), False
     kept, keys, reached = [], set(), False
-    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-        try:
-            ev = json.loads(line.split(":::MLLOG ", 1)[1])
-        except (IndexError, ValueError):
-            continue  # a torn last line
+    for line, ev in read_events(path):
         meta = ev.get("metadata") or {}
-        if ev.get("key") == "run_stop" or meta.get("epoch_num", 0) > step:
+        if ev["key"] == "run_stop" or meta.get("epoch_num", 0) > step:
             continue
-        if ev.get("key") == "eval_accuracy" and target is not None and ev.get("value", 0) >= target:
+        if ev["key"] == "eval_accuracy" and target is not None and ev["value"] >= target:
             reached = True
-        kept.append(line if line.endswith("\n") else line + "\n")
-        keys.add(ev.get("key"))
+        kept.append(line)
+        keys.add(ev["key"])
     write_text_atomic(path, "".join(kept))
     return keys, reached
 

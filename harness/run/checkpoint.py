@@ -19,6 +19,11 @@ recipe (initial weights and the cached warm start), exactly as at the start of t
 Loading never deserialises code: a checkpoint directory must hold exactly the files above (regular
 files, no links) for the world size it was written with; anything else in it — e.g. a
 ``torch.distributed.checkpoint`` ``.metadata`` pickle — refuses the resume before a byte of it is read.
+What is read is checked before it is applied: ``trainer-state.json`` against its schema
+(``schemas/v1/trainer-state.schema.json``), the LR scheduler's state against the live scheduler's keys and
+types (torch would take any key into the scheduler object) and every RNG state against this process's own
+(:func:`check_rng`: shapes, types and the generators' ranges), so a damaged checkpoint is one line, never a
+traceback half-way through a restore.
 
 The rule for continuing a run from these is :mod:`harness.run.resume`; the ``ckpt-resume``
 check is :mod:`harness.run.resume_check`.
@@ -42,6 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.config.schema import check
 from harness.core.device import rng_state, set_rng_state
 from harness.devices import accelerators
 from harness.errors import HarnessError
@@ -207,12 +213,27 @@ def save_checkpoint(trainer: Any, run_dir: Path, step: int, *, config: dict[str,
     return root / name
 
 
-def verify_layout(path: Path, world: int) -> None:
-    """Refuse a checkpoint directory that holds anything but the files this harness writes for ``world`` ranks."""
+def _names(path: Path) -> set[str]:
     try:
-        names = {p.name for p in path.iterdir()}
+        return {p.name for p in path.iterdir()}
     except OSError as err:
         raise HarnessError(f"cannot list the checkpoint ({err.strerror})", file=str(path)) from None
+
+
+RANK_FILE = re.compile(r"^state-rank(0|[1-9]\d{0,4})\.(safetensors|json)$")
+
+
+def verify_layout(path: Path, world: int | None) -> None:
+    """Refuse a checkpoint directory that holds anything but the files this harness writes for ``world`` ranks
+    (``None``: for any world size — the check made before ``trainer-state.json``, which says it, is read)."""
+    names = _names(path)
+    if world is None:
+        extra = sorted(n for n in names if n not in COMMON_FILES and not RANK_FILE.match(n))
+        if extra:
+            raise HarnessError(f"resume refused: unexpected file '{extra[0]}' in the checkpoint (not written by this "
+                               "harness; nothing was loaded)", file=str(path),
+                               fix="resume only run directories this harness wrote, or start a new run")
+        return
     extra, missing = sorted(names - expected_files(world)), sorted(expected_files(world) - names - {"manifest.json"})
     if extra:
         raise HarnessError(f"resume refused: unexpected file '{extra[0]}' in the checkpoint (not written by this "
@@ -225,10 +246,77 @@ def verify_layout(path: Path, world: int) -> None:
         check_regular(path / name)
 
 
+def load_trainer_state(path: Path, step: int | None = None) -> dict[str, Any]:
+    """A checkpoint's ``trainer-state.json``, checked against its schema (``trainer-state``) and, with ``step``,
+    against the directory it is in: a one-line error otherwise, before anything in it is used."""
+    file = path / "trainer-state.json"
+    check_regular(file)
+    state = load_json_strict(file, follow_symlinks=False)
+    check(state, "trainer-state", str(file))
+    if step is not None and state["step"] != step:
+        raise HarnessError(f"the checkpoint of step {step} says step {state['step']}", file=str(file), key_path="/step",
+                           fix="resume only run directories this harness wrote, or start a new run")
+    return state
+
+
+def check_like(loaded: Any, live: Any, where: str, file: Path) -> None:
+    """``loaded`` has the keys, list lengths and scalar types of ``live`` (a state the running code made)."""
+    bad = None
+    if isinstance(live, dict):
+        if not isinstance(loaded, dict) or set(loaded) != set(live):
+            extra = sorted(set(loaded) ^ set(live)) if isinstance(loaded, dict) else []
+            bad = f"expected the keys {sorted(live)}" + (f" (differs in {extra[0]!r})" if extra else "")
+        else:
+            for k in live:
+                check_like(loaded[k], live[k], f"{where}.{k}", file)
+    elif isinstance(live, (list, tuple)):
+        if not isinstance(loaded, (list, tuple)) or len(loaded) != len(live):
+            bad = f"expected a list of {len(live)} items"
+        else:
+            for i, (a, b) in enumerate(zip(loaded, live)):
+                check_like(a, b, f"{where}[{i}]", file)
+    elif isinstance(live, torch.Tensor):
+        if not isinstance(loaded, torch.Tensor) or loaded.dtype != live.dtype or loaded.shape != live.shape:
+            bad = f"expected a {live.dtype} tensor of shape {tuple(live.shape)}"
+    elif live is not None and (type(loaded) is not type(live)):
+        bad = f"expected a {type(live).__name__}, got {type(loaded).__name__}"
+    if bad:
+        raise HarnessError(f"corrupt training state: {where}: {bad}", file=str(file),
+                           fix="resume from another checkpoint, or start a new run")
+
+
+def check_rng(packed: Any, file: Path) -> None:
+    """Every RNG state in a checkpoint shaped as this process's own (:func:`rng_pack`: keys, list lengths, tensor
+    dtypes and shapes, scalar types) and within its generator's ranges, so that restoring it cannot fail half-way
+    (one line otherwise). A generator this process lacks (an accelerator not present) is left out, as on restore."""
+    live = rng_pack()
+    live["python"][2] = None  # a cached Gaussian (float) or none: checked below
+    bad = "not an object" if not isinstance(packed, dict) else \
+        next((f"no {k!r} state" for k in ("python", "numpy", "torch") if k not in packed), None)
+    if bad is None:
+        for key in sorted(set(live) & set(packed)):
+            check_like(packed[key], live[key], f"rng.{key}", file)
+        version, words, gauss = packed["python"]
+        n = packed["numpy"]
+        if version != 3 or not all(0 <= w < 1 << 32 for w in words[:-1]) or not 0 <= words[-1] < len(words) \
+                or not (gauss is None or isinstance(gauss, float)):
+            bad = "rng.python: not a version-3 Mersenne Twister state"
+        elif n["kind"] != "MT19937" or not 0 <= n["pos"] <= n["keys"].numel() or n["has_gauss"] not in (0, 1) \
+                or bool(((n["keys"] < 0) | (n["keys"] >= 1 << 32)).any()):
+            bad = "rng.numpy: not an MT19937 state"
+    if bad:
+        raise HarnessError(f"corrupt training state: {bad}", file=str(file),
+                           fix="resume from another checkpoint, or start a new run")
+
+
 def load_checkpoint(trainer: Any, path: Path) -> dict[str, Any]:
-    """Restore the trainer's state (:meth:`GRPOTrainer.load_state_dict`) and this rank's RNG from ``path``."""
+    """Restore the trainer's state (:meth:`GRPOTrainer.load_state_dict`) and this rank's RNG from ``path``.
+
+    Everything is checked before any of it is applied: the trainer state against its schema, the scheduler
+    against the live one's keys and types, the RNG states against this process's (:func:`check_rng`)."""
     dist = trainer.dist
-    state = load_json_strict(path / "trainer-state.json", follow_symlinks=False)
+    verify_layout(path, None)
+    state = load_trainer_state(path)
     if state["world_size"] != dist.world:
         raise HarnessError(f"checkpoint was written with world size {state['world_size']}, this run has "
                            f"{dist.world}", file=str(path), fix="resume with the same number of processes")
@@ -239,6 +327,8 @@ def load_checkpoint(trainer: Any, path: Path) -> dict[str, Any]:
         raise HarnessError("corrupt training state: expected model, optim and rng", file=str(stem) + ".json",
                            fix="resume from another checkpoint, or start a new run")
     like = trainer.state_dict()  # shapes, dtypes and shards the saved tensors must match
+    check_like(state["scheduler"], like["scheduler"], "scheduler", path / "trainer-state.json")
+    check_rng(loaded["rng"], Path(str(stem) + ".json"))
     trainer.load_state_dict({"model": restore_like(loaded["model"], like["model"], "model", stem),
                              "optim": restore_like(loaded["optim"], like["optim"], "optim", stem),
                              "scheduler": state["scheduler"], "loader": state["loader"],

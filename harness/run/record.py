@@ -11,10 +11,15 @@
 - ``INCOMPLETE`` — present from the start until the run finishes cleanly; a run killed with
   ``kill -9`` keeps it (and its manifest still says ``running``), so it is never mistaken for a
   finished run.
+
+Files are appended to only when they are regular files (opened without blocking: a FIFO planted in a
+run directory is refused, never waited on). A read-only or full disk ends the run with one line naming
+the file and the errno text; the manifest then says ``failed`` when there is still room to rewrite it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -23,7 +28,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, os_error
 from harness.jsonio import MiB, load_json_strict, open_new, read_text_limited, write_json_atomic, write_text_atomic
 from harness.mlperf import MlperfLog
 from harness.paths import ROOT
@@ -86,17 +91,25 @@ class MetricsWriter:
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         line = json.dumps({"step": step, **metrics}, allow_nan=True, sort_keys=False)
-        self._fh.write(line + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        try:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as err:
+            raise os_error(err, self.path) from None
 
     def close(self) -> None:
-        self._fh.close()
+        try:
+            self._fh.close()
+        except OSError as err:  # the last buffered bytes could not be written
+            raise os_error(err, self.path) from None
 
 
 def truncate_metrics(path: Path, last_step: int) -> None:
-    """Keep the rows up to ``last_step`` (byte for byte); rewritten atomically. ``-1`` keeps none."""
-    if not path.is_file():
+    """Keep the rows up to ``last_step`` (byte for byte); rewritten atomically. ``-1`` keeps none.
+
+    Anything but a regular file (a FIFO, a link, a directory) is refused without blocking."""
+    if not os.path.lexists(path):
         return
     lines = read_text_limited(path, METRICS_LIMIT, what="metrics file", follow_symlinks=False).splitlines(
         keepends=True)
@@ -149,33 +162,63 @@ class RunRecord:
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any]) -> None:
         self.dir = run_dir
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise os_error(err, self.dir, doing="create the run directory") from None
         for name in ("manifest.json", "metrics.jsonl"):
             if os.path.lexists(self.dir / name):
                 raise HarnessError(f"the run directory already holds {name}; not overwritten", file=str(self.dir),
                                    fix="choose a new or empty --out, or --resume the run")
-        with os.fdopen(open_new(self.dir / MARKER), "w", encoding="utf-8") as fh:
-            fh.write("this run has not finished cleanly\n")
+        fd = open_new(self.dir / MARKER)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write("this run has not finished cleanly\n")
+        except OSError as err:
+            raise os_error(err, self.dir / MARKER) from None
         self.manifest = {"schema_version": 1, "status": "running", "created_utc": utc_now(), "finished_utc": None,
                          "error": None, **manifest}
         self.save()
-        self.metrics = MetricsWriter(self.dir / "metrics.jsonl")
-        self.mlperf = MlperfLog(self.dir, self.manifest)
+        try:
+            self.metrics = MetricsWriter(self.dir / "metrics.jsonl")
+            self.mlperf = MlperfLog(self.dir, self.manifest)
+        except BaseException as err:  # the manifest says so: never a run left `running` that is not
+            stopped = isinstance(err, KeyboardInterrupt) or getattr(err, "exit_code", 0) > 128
+            text = err.one_line() if isinstance(err, HarnessError) else f"{type(err).__name__}: {err}"
+            self.manifest.update(status="interrupted" if stopped else "failed", finished_utc=utc_now(), error=text)
+            self._save_quietly()
+            raise
+
+    def _save_quietly(self) -> None:
+        """Save the manifest of a run that is failing anyway: a disk too full to rewrite it must not hide the
+        error that ended the run (the manifest then stays `running`, INCOMPLETE present: never taken for done)."""
+        try:
+            self.save()
+        except HarnessError:
+            pass
 
     @classmethod
     def resume(cls, run_dir: Path, *, from_step: int, entry: dict[str, Any], updates: dict[str, Any]) -> RunRecord:
-        """Reopen a run to continue after ``from_step`` (0: start over): metrics cut back, the resume recorded."""
+        """Reopen a run to continue after ``from_step`` (0: start over): metrics cut back, the resume recorded.
+
+        Every file is checked and opened before the manifest changes: a run whose files cannot be continued
+        (a FIFO in place of ``metrics.jsonl`` or ``mlperf.log``, a damaged log) stays as it was."""
         self = cls.__new__(cls)
         self.dir = run_dir
         self.manifest = load_json_strict(run_dir / "manifest.json", follow_symlinks=False)
-        write_text_atomic(self.dir / MARKER, "this run has not finished cleanly\n")
-        truncate_metrics(self.dir / "metrics.jsonl", from_step if from_step > 0 else -1)
         self.manifest.update(updates, status="running", finished_utc=None, error=None)
         self.manifest["steps"]["completed"] = from_step
         self.manifest.setdefault("resumes", []).append(entry)
-        self.save()
+        truncate_metrics(self.dir / "metrics.jsonl", from_step if from_step > 0 else -1)
         self.metrics = MetricsWriter(self.dir / "metrics.jsonl", append=True)
-        self.mlperf = MlperfLog(self.dir, self.manifest, resume_from=from_step)
+        try:
+            self.mlperf = MlperfLog(self.dir, self.manifest, resume_from=from_step)
+            write_text_atomic(self.dir / MARKER, "this run has not finished cleanly\n")
+            self.save()
+        except BaseException:
+            with contextlib.suppress(HarnessError):
+                self.metrics.close()
+            raise
         return self
 
     def save(self) -> None:
@@ -186,12 +229,26 @@ class RunRecord:
         self.save()
 
     def finish(self, status: str, error: str | None = None) -> None:
-        self.metrics.close()
-        self.mlperf.finish(status)
+        """End the record. The manifest is written even when a log cannot be closed (a full disk): it is
+        what says how the run ended. A run that would have completed is then failed, with that error."""
+        problems: list[HarnessError] = []
+        for close in (self.metrics.close, lambda: self.mlperf.finish(status)):
+            try:
+                close()
+            except HarnessError as err:
+                problems.append(err)
+        completed = status == "complete"
+        if problems and completed:
+            status, error = "failed", problems[0].one_line()
         self.manifest.update(status=status, finished_utc=utc_now(), error=error)
-        self.save()
+        if completed and not problems:
+            self.save()
+        else:
+            self._save_quietly()  # the caller raises the error that ended the run
         if status == "complete":
             (self.dir / MARKER).unlink(missing_ok=True)
+        if problems and completed:
+            raise problems[0]
 
 
 def is_complete(run_dir: Path) -> bool:

@@ -15,20 +15,31 @@
   accepted (the manifest then carries the new recipe hash).
 * ``metrics.jsonl`` is cut back to the checkpoint's step (rewritten atomically) and appended to, and
   the manifest's ``resumes`` lists ``{from_step, utc, overrides}``.
+* Nothing of the run directory is used unchecked: the manifest (and the checkpoint's copy) must pass the
+  ``manifest`` schema, the checkpoint's ``trainer-state.json`` the ``trainer-state`` schema and its
+  ``resolved-recipe.json`` the ``resolved-recipe`` one; ``metrics.jsonl`` and ``mlperf.log`` must be regular
+  files (a FIFO is refused without blocking) and every line of ``mlperf.log`` a well-formed event. Each
+  refusal is one line, before anything is trained, and leaves the run as it was.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.config.recipe import Resolved, overridable_keys, parse_override
+from harness.config.schema import check
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict
-from harness.run.checkpoint import newest_checkpoint, verify_layout
+from harness.mlperf import LOG_FILE, read_events
+from harness.run.checkpoint import load_trainer_state, newest_checkpoint, verify_layout
 from harness.run.record import MARKER
+
+RECORD_FILES = ("metrics.jsonl", LOG_FILE)
 
 
 def original_sets(manifest: dict[str, Any]) -> list[str]:
@@ -44,7 +55,7 @@ def base_manifest(run_dir: Path) -> dict[str, Any]:
     """
     newest = newest_checkpoint(run_dir)
     if newest is not None and (newest[1] / "manifest.json").is_file():
-        return load_json_strict(newest[1] / "manifest.json")
+        return checked_manifest(newest[1] / "manifest.json")
     return read_manifest(run_dir)
 
 
@@ -53,11 +64,19 @@ def resume_overrides(run_dir: Path, sets: list[str] | tuple[str, ...]) -> list[s
     return original_sets(base_manifest(run_dir)) + list(sets)
 
 
+def checked_manifest(path: Path) -> dict[str, Any]:
+    """A manifest (strict JSON, no link followed) that passes its schema, else a one-line error: nothing of a run
+    directory is used before its record is known to be well formed."""
+    manifest = load_json_strict(path, follow_symlinks=False)
+    check(manifest, "manifest", str(path))
+    return manifest
+
+
 def read_manifest(run_dir: Path) -> dict[str, Any]:
-    if not (run_dir / "manifest.json").is_file():
+    if not os.path.lexists(run_dir / "manifest.json"):
         raise HarnessError("not a run directory (no manifest.json)", file=str(run_dir),
                            fix="give the directory of the run to continue")
-    return load_json_strict(run_dir / "manifest.json")
+    return checked_manifest(run_dir / "manifest.json")
 
 
 def is_finished(run_dir: Path, manifest: dict[str, Any]) -> bool:
@@ -67,12 +86,11 @@ def is_finished(run_dir: Path, manifest: dict[str, Any]) -> bool:
 def auto_resumable(run_dir: Path, res: Resolved) -> bool:
     """``resume_mode: auto``: a run of the same recipe, profile and scale that did not complete and has a
     complete checkpoint (its config and files are checked again by :func:`plan_resume` before anything loads)."""
-    try:
-        manifest = read_manifest(run_dir)
-        same = (manifest["recipe"]["name"], manifest["profile"], manifest["scale"]) == (res.name, res.profile_name,
-                                                                                        res.scale)
-    except (HarnessError, KeyError, TypeError):
+    if not os.path.lexists(run_dir / "manifest.json"):
         return False
+    manifest = read_manifest(run_dir)  # a run directory whose manifest is damaged is refused, saying why
+    same = (manifest["recipe"]["name"], manifest["profile"], manifest["scale"]) == (res.name, res.profile_name,
+                                                                                    res.scale)
     return same and not is_finished(run_dir, manifest) and newest_checkpoint(run_dir) is not None
 
 
@@ -107,6 +125,13 @@ def plan_resume(run_dir: Path, res: Resolved, sets: list[str] | tuple[str, ...],
         raise HarnessError("the run is complete; nothing to resume", file=str(run_dir),
                            fix="start a new run (another --out)")
     where = str(run_dir)
+    for name in RECORD_FILES:  # appended to when the run continues: only regular files (a FIFO would block)
+        if os.path.lexists(run_dir / name) and not stat.S_ISREG(os.lstat(run_dir / name).st_mode):
+            raise HarnessError("not a regular file (a FIFO, device, socket, directory or link); the run cannot be "
+                               "continued", file=str(run_dir / name),
+                               fix="put the run's own file back, or start a new run")
+    if os.path.lexists(run_dir / LOG_FILE):
+        read_events(run_dir / LOG_FILE)  # a damaged log is refused now, not after the models are built
     for what, was, now in (("recipe", manifest["recipe"]["name"], res.name), ("profile", manifest["profile"],
                            res.profile_name), ("scale", manifest["scale"], res.scale)):
         if was != now:
@@ -114,14 +139,13 @@ def plan_resume(run_dir: Path, res: Resolved, sets: list[str] | tuple[str, ...],
                                fix=f"resume with {what} '{was}'")
     newest = newest_checkpoint(run_dir)
     saved_world = world
+    old_cfg = manifest["resolved_config"]
     if newest is not None:
-        saved_world = load_json_strict(newest[1] / "trainer-state.json", follow_symlinks=False).get("world_size")
-        if not isinstance(saved_world, int) or not 0 < saved_world <= 1 << 16:
-            raise HarnessError(f"bad world size {saved_world!r} in the checkpoint", file=str(newest[1] / "trainer-state.json"),
-                               key_path="world_size", fix="start a new run")
+        verify_layout(newest[1], None)  # nothing but the harness's own file names, before any is read
+        saved_world = load_trainer_state(newest[1], newest[0])["world_size"]
         verify_layout(newest[1], saved_world)
-    old_cfg = (load_json_strict(newest[1] / "resolved-recipe.json", follow_symlinks=False) if newest
-               else manifest["resolved_config"])
+        old_cfg = load_json_strict(newest[1] / "resolved-recipe.json", follow_symlinks=False)
+        check(old_cfg, "resolved-recipe", str(newest[1] / "resolved-recipe.json"))
     given = [dict(zip(("key", "value"), parse_override(s))) for s in sets]
     keys = {o["key"] for o in given}
     bad = [c for c in config_changes(old_cfg, res.config) if c[0] not in keys]

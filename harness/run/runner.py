@@ -188,14 +188,15 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     set_determinism(int(cfg.seed), bool(cfg.deterministic))
     device = resolve_device(cfg.trainer.device, local_rank)
     speeds = [speed_index(device)] if dist.rank == 0 else []  # machine speed, at the start and the end
-    record = None
-    if dist.rank == 0:
-        record = _resume_record(run_dir, res, plan, total) if plan else \
-            RunRecord(run_dir, {**base_manifest(res, steps=total, runtime=runtime, world=dist.world, fault=fault),
-                                "replay": replay_info})
-    bar = _Progress(total, progress and record is not None)
-    with _StopSignals() as stop:
+    record: RunRecord | None = None
+    bar = _Progress(total, False)
+    with _StopSignals() as stop:  # before the record is opened: a signal during set-up is one line, never a hang
         try:
+            if dist.rank == 0:
+                record = _resume_record(run_dir, res, plan, total) if plan else \
+                    RunRecord(run_dir, {**base_manifest(res, steps=total, runtime=runtime, world=dist.world,
+                                                        fault=fault), "replay": replay_info})
+            bar = _Progress(total, progress and record is not None)
             trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.hardware.accelerator.peak_bf16_tflops,
                                   dist=dist,
                                   warm_start_fn=None if source is not None else run_warm_start)  # replay: its policy

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -17,6 +18,7 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -53,17 +55,82 @@ class _Payload:
         return (open, (self.path, "w"))
 
 
-def _checkpoint(tmp: Path, run: Path, planted: bool) -> None:
+UTC = "2026-01-01T00:00:00Z"
+
+
+@functools.cache
+def _manifest(recipe: str) -> str:
+    """The manifest of an interrupted run of RECIPE (cpu, smoke) at step 2 of 4, as this harness writes it."""
+    from harness.config.recipe import resolve
+    from harness.run.runner import base_manifest
+
+    res = resolve(recipe, "cpu", "smoke")
+    manifest = {"schema_version": 1, "status": "interrupted", "created_utc": UTC, "finished_utc": UTC,
+                "error": "interrupted by SIGTERM after step 2; checkpoint saved",
+                **base_manifest(res, steps=4, runtime="local", world=1, fault={})}
+    manifest["steps"]["completed"] = 2
+    return json.dumps(manifest)
+
+
+def _mllog(key: str, value: object = None, **meta: object) -> str:
+    return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME", "key": key,
+                                     "value": value, "metadata": {"file": "x.py", "lineno": 1, **meta}}) + "\n"
+
+
+def _interrupted(tmp: Path, run: Path, recipe: str = "qwen3_1_7b", change: Callable[[Path], None] | None = None,
+                 states: bool = True) -> None:
+    """An interrupted run as the harness leaves it (manifest, metrics, MLPerf log, one complete checkpoint at
+    step 2); the rank's state files are placeholders: the cases built on it are refused before they are read."""
     run.mkdir()
-    manifest = {"schema_version": 1, "status": "interrupted", "recipe": {"name": "qwen3_vl_30b"}, "profile": "cpu",
-                "scale": "smoke", "steps": {"requested": 4, "completed": 2}, "overrides": [], "resolved_config": {}}
+    manifest = json.loads(_manifest(recipe))
     (run / "manifest.json").write_text(json.dumps(manifest))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "actor/pg_loss": 0.5}) + "\n" for s in (1, 2)))
+    (run / "mlperf.log").write_text(_mllog("init_start") + "".join(_mllog(k, epoch_num=s) for s in (1, 2)
+                                                                   for k in ("epoch_start", "epoch_stop")))
     ckpt = run / "checkpoints" / "step-000002"
     ckpt.mkdir(parents=True)
-    (ckpt / "trainer-state.json").write_text(json.dumps({"step": 2, "world_size": 1}))
-    (ckpt / "resolved-recipe.json").write_text("{}")
+    (ckpt / "trainer-state.json").write_text(json.dumps({
+        "step": 2, "tokens_seen": 1000, "world_size": 1, "utc": UTC,
+        "scheduler": {"base_lrs": [0.0003], "last_epoch": 2, "_step_count": 3, "_is_initial": False,
+                      "_get_lr_called_within_step": False, "_last_lr": [0.0003], "lr_lambdas": [None]},
+        "loader": {"epoch": 0, "position": 32, "seed": 42, "num_prompts": 1024, "batch_size": 16}}))
+    (ckpt / "resolved-recipe.json").write_text(json.dumps(manifest["resolved_config"]))
+    if states:
+        (ckpt / "state-rank0.json").write_text("{}")
+        (ckpt / "state-rank0.safetensors").write_bytes(b"")
     (ckpt / "COMPLETE").write_text("step-000002\n")
+    if change is not None:
+        change(run)
+
+
+def _edited(name: str, edit: Callable[[Any], Any]) -> Callable[[Path, Path], None]:
+    """A setup: the interrupted run with one of its JSON files edited (``edit`` changes the document in place or
+    returns its replacement)."""
+    def change(run: Path) -> None:
+        path = run / name
+        doc = json.loads(path.read_text())
+        out = edit(doc)
+        path.write_text(json.dumps(doc if out is None else out))
+    return lambda tmp, run: _interrupted(tmp, run, change=change)
+
+
+def _fifo_in_run(name: str) -> Callable[[Path, Path], None]:
+    def change(run: Path) -> None:
+        (run / name).unlink()
+        os.mkfifo(run / name)
+    return lambda tmp, run: _interrupted(tmp, run, change=change)
+
+
+def _bad_epoch(run: Path) -> None:
+    lines = (run / "mlperf.log").read_text().splitlines(keepends=True)
+    lines[1] = lines[1].replace('"epoch_num": 1', '"epoch_num": "x"')
+    (run / "mlperf.log").write_text("".join(lines))
+
+
+def _checkpoint(tmp: Path, run: Path, planted: bool) -> None:
+    _interrupted(tmp, run, recipe="qwen3_vl_30b", states=False)
     if planted:
+        ckpt = run / "checkpoints" / "step-000002"
         (ckpt / ".metadata").write_bytes(pickle.dumps(_Payload(tmp / MARKER)))
 
 
@@ -269,6 +336,14 @@ SETUPS: dict[str, Callable[[Path, Path], None]] = {
     "newline-source-recipe": _newline_source,
     "repeated-key-3000": _repeated_key,
     "launcher-10mb": _big_launcher,
+    "fifo-run-metrics": _fifo_in_run("metrics.jsonl"),
+    "fifo-run-mlperf": _fifo_in_run("mlperf.log"),
+    "state-is-a-list": _edited("checkpoints/step-000002/trainer-state.json", lambda d: []),
+    "scheduler-a-string": _edited("checkpoints/step-000002/trainer-state.json", lambda d: d.update(scheduler="x")),
+    "manifest-no-recipe": _edited("manifest.json", lambda d: d.pop("recipe") and None),
+    "manifest-steps-abc": _edited("manifest.json", lambda d: d["steps"].update(requested="abc")),
+    "override-no-value": _edited("manifest.json", lambda d: d.update(overrides=[{"key": "seed"}])),
+    "mlperf-epoch-x": lambda tmp, run: _interrupted(tmp, run, change=_bad_epoch),
 }
 
 
@@ -339,5 +414,8 @@ def test_corpus_covers_each_finding() -> None:
                    "certificate-100k-signatures", "certificate-duplicate-payload", "certificate-duplicate-result",
                    "mlperf-check-relative-path", "launcher-parser-crash-lint",
                    "launcher-parser-crash-import", "export-source-newline", "lint-repeated-key",
-                   "slurm-partition-newline", "slurm-time-newline"):
+                   "slurm-partition-newline", "slurm-time-newline", "fifo-metrics-auto-resume",
+                   "fifo-mlperf-log-resume", "resume-state-not-object", "resume-manifest-no-recipe",
+                   "resume-mlperf-epoch-string", "gate-recipe-traversal", "run-steps-1e12",
+                   "record-baseline-warm-up-only"):
         assert needed in names, needed

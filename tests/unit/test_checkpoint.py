@@ -28,8 +28,8 @@ class _Loader:
     def __init__(self) -> None:
         self.position = 0
 
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
+    def state_dict(self) -> dict[str, int]:  # the fields of the real loader's state (schema: trainer-state)
+        return {"epoch": 0, "position": self.position, "seed": 0, "num_prompts": 8, "batch_size": 1}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.position = state["position"]
@@ -65,7 +65,8 @@ def _train_steps(tr: _Trainer, n: int) -> None:
 
 
 def _save(tr: _Trainer, run: Path, step: int, keep: int | None = None) -> Path:
-    return ck.save_checkpoint(tr, run, step, config={"seed": 1}, manifest={"status": "running"}, keep=keep)
+    manifest = json.loads((run / "manifest.json").read_text()) if (run / "manifest.json").exists() else {}
+    return ck.save_checkpoint(tr, run, step, config={"seed": 1}, manifest=manifest, keep=keep)
 
 
 def test_round_trip_continues_identically(tmp_path: Path) -> None:
@@ -128,9 +129,12 @@ def res():
 
 
 def _run_dir(tmp: Path, res, status: str = "interrupted") -> Path:
-    manifest = {"recipe": {"name": res.name, "hash": res.recipe_hash}, "profile": res.profile_name,
-                "scale": res.scale, "status": status, "steps": {"requested": 6, "completed": 3},
-                "overrides": res.overrides, "resolved_config": res.config}
+    """A run directory holding the manifest a run of ``res`` (6 steps asked for, 3 done) writes."""
+    from harness.run.runner import base_manifest
+
+    manifest = {"schema_version": 1, "status": status, "created_utc": "2026-01-01T00:00:00Z", "finished_utc": None,
+                "error": None, **base_manifest(res, steps=6, runtime="local", world=1, fault={})}
+    manifest["steps"]["completed"] = 3
     (tmp / "manifest.json").write_text(json.dumps(manifest))
     return tmp
 

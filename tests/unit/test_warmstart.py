@@ -132,3 +132,49 @@ def test_the_weights_digest_follows_the_values_only() -> None:
     assert warmstart.weights_sha256(a) != warmstart.weights_sha256(b)
     half = Tied().to(torch.bfloat16)  # no numpy bfloat16: hashed as bytes
     assert warmstart.weights_sha256(half) != warmstart.weights_sha256(half.float())
+
+
+def _sft_trainer(monkeypatch: pytest.MonkeyPatch, tmp_path) -> SimpleNamespace:
+    """A two-parameter 'model' with the warm start's SFT loop around it (no tokenizer, no data)."""
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(warmstart, "cache_key", lambda tr: "k")
+    rb = SimpleNamespace(response_mask=torch.ones(1, 2))
+    monkeypatch.setattr(warmstart, "_demo_batch", lambda tr, rng, size: (rb, []))
+    monkeypatch.setattr(warmstart, "sequence_logprobs", lambda model, rb, **kw: (model(torch.ones(1, 2)), None))
+    cfg = SimpleNamespace(warm_start=SimpleNamespace(steps=2, lr=1e-3, batch_size=1))
+    return SimpleNamespace(cfg=cfg, models=SimpleNamespace(actor=torch.nn.Linear(2, 2)), device=torch.device("cpu"),
+                           bias=None, ids={"image_pad": 0}, seed=1)
+
+
+def test_a_cache_that_cannot_be_written_is_found_first_and_the_run_goes_on(tmp_path, monkeypatch, capsys) -> None:
+    import errno
+    import tempfile
+
+    assert warmstart.cache_unwritable(tmp_path / "w") is None and list((tmp_path / "w").iterdir()) == []
+
+    def read_only(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    assert warmstart.cache_unwritable(tmp_path / "w") == "Read-only file system"
+
+    tr = _sft_trainer(monkeypatch, tmp_path)
+    monkeypatch.setattr(warmstart, "cache_unwritable", lambda d: "Read-only file system")
+    monkeypatch.setattr(warmstart, "write_bytes_atomic", lambda *a: pytest.fail("wrote to a read-only cache"))
+    info = warmstart.run_warm_start(tr)
+    assert info["cached"] is False and info["final_loss"] is not None
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("notice: the warm-start cache ") and "Read-only file system" in err[0]
+
+
+def test_a_cache_write_that_fails_after_training_is_a_notice(tmp_path, monkeypatch, capsys) -> None:
+    from harness.errors import HarnessError
+
+    tr = _sft_trainer(monkeypatch, tmp_path)
+
+    def full(path, data):
+        raise HarnessError("cannot write (No space left on device)", file=str(path))
+    monkeypatch.setattr(warmstart, "write_bytes_atomic", full)
+    assert warmstart.run_warm_start(tr)["cached"] is False
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "the warm start was not cached" in err[0] and "No space left" in err[0]
+    assert sorted(p.name for p in (tmp_path / "cache" / "warm_start").iterdir()) == []
