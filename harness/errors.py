@@ -6,9 +6,15 @@ Exit codes follow the CLI contract: 0 ok, 1 findings / regression, 2 bad input o
 
 from __future__ import annotations
 
+import re
+
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
+
+
+# characters that end or break a line, or drive a terminal: what one line of output or of a script must not hold
+LINE_BREAKING = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def shown(text: object) -> str:

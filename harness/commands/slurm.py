@@ -17,14 +17,13 @@ from pathlib import Path
 from harness.commands import add_override_argument, add_target_arguments, chosen_profile, steps_count
 from harness.config.recipe import resolve
 from harness.config.safety.check import preflight
-from harness.errors import EXIT_OK, HarnessError
+from harness.errors import EXIT_OK, LINE_BREAKING, HarnessError
 from harness.jsonio import write_text_atomic
 
 HELP = "Write the Slurm batch script of a multi-node run (sbatch it on the cluster)."
 PARTITION = re.compile(r"[A-Za-z0-9_,-]+")  # one partition name or a comma-separated list
 # Slurm's --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
 TIME = re.compile(r"[0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(:[0-9]{1,2}){0,2}")
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +48,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     texts = [("RECIPE", args.recipe), ("--out", args.out), ("--profile", args.profile), ("--scale", args.scale),
              *(("--set", o) for o in args.overrides)]
     for option, text in texts:
-        if text is not None and (m := CONTROL.search(text)):
+        if text is not None and (m := LINE_BREAKING.search(text)):
             raise HarnessError(f"{text!r} holds a control character (U+{ord(m.group()):04X}); every value goes on "
                                "one line of the batch script", key_path=option, fix="remove it")
 

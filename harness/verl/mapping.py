@@ -11,12 +11,11 @@ the FSDP engine; ``actor_rollout_ref.ref.param_offload`` lives in the ref's engi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from harness.config.safety.code_loading import is_code_loading_key, is_enabled
-from harness.errors import HarnessError
+from harness.errors import LINE_BREAKING, HarnessError
 from harness.verl.overrides import format_value, known_key
 
 SECTIONS = ("data", "algorithm", "actor_rollout_ref", "trainer", "custom_reward_function")
@@ -36,7 +35,6 @@ SPECIAL: dict[str, dict[str, str]] = {
 NO_VERL_DEFAULT = ("data.train_files", "data.val_files")
 # What would end or break a line of the exported launcher: control characters, and the line / paragraph separators
 # some editors break lines at.
-LINE_BREAKING = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def recipe_leaves(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
