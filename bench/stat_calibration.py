@@ -39,7 +39,7 @@ from harness.judge.baseline import STATISTICAL, load_series, statistical_window,
 def baseline_means(path: Path, metric: str) -> list[float]:
     doc = json.loads(path.read_text())
     spec, steps = doc["metrics"][metric], doc["steps"]
-    w = statistical_window(doc["policy"]["statistical"], steps)
+    w = statistical_window(doc["policy"]["statistical"]["window_fraction"], steps)
     rows = [spec["values"], *spec["noise_values"]]
     series = [{k: v for k, v in zip(spec["steps"], row) if v is not None} for row in rows]
     return [m for m in (window_mean(s, steps, w) for s in series) if m is not None]
@@ -58,7 +58,7 @@ def campaign_values(folder: Path, metric: str, policy: dict) -> list[tuple[str |
             s = load_series(run_dir).get(metric, {})
             if s:
                 steps = max(s)
-                out.append((fault, seed, window_mean(s, steps, statistical_window(policy, steps))))
+                out.append((fault, seed, window_mean(s, steps, statistical_window(policy["window_fraction"], steps))))
         return out
     doc = json.loads((folder / "verdict_power.json").read_text())
     out = []

@@ -38,7 +38,7 @@ COMMANDS: dict[str, str] = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
+class _ArgParser(argparse.ArgumentParser):
     """argparse that reports usage errors in one line with exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -51,9 +51,9 @@ def _load(module: str):
 
 
 def build_parser(available: dict[str, str] | None = None) -> argparse.ArgumentParser:
-    parser = _Parser(prog="harness", description=__doc__.splitlines()[0])
+    parser = _ArgParser(prog="harness", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgParser)
     for name, module in (available or COMMANDS).items():
         try:
             mod = _load(module)

@@ -148,7 +148,7 @@ def _join(path: str, key: str | int) -> str:
     return f"{path}/{str(key).replace('~', '~0').replace('/', '~1')}"
 
 
-class _Parser:
+class _StrictParser:
     """A small recursive-descent JSON parser that tracks key paths and positions.
 
     Line numbers are computed only for an error (a count of newlines from the start of the text), so a
@@ -261,7 +261,7 @@ def loads_strict(text: str, file: str = "<string>", *, max_object_keys: int = MA
                  max_values: int = MAX_VALUES) -> Any:
     """Parse JSON text strictly (see module docstring); at most ``max_object_keys`` keys in one object and
     ``max_values`` keys and array items in all."""
-    parser = _Parser(text, file, max_object_keys, max_values)
+    parser = _StrictParser(text, file, max_object_keys, max_values)
     try:
         value, pos = parser.value(0, "")
     except RecursionError:

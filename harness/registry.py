@@ -56,3 +56,32 @@ class Registry(dict[str, T]):
         except (KeyError, TypeError):
             raise UnknownName(f"unknown {self.what} {name!r}; valid names: {', '.join(self.names())}",
                               key_path=self.key_path) from None
+
+
+
+# Where each kind's names come from (``module:attribute``: a registry, a tuple of names or a function giving them),
+# imported only when a name is checked or a schema is generated, so reading a record or a recipe stays light.
+# Names are sorted, except for the kinds whose registry order means something (tiers: strictest first).
+KINDS = {
+    "adv_estimator": "harness.core.algos:ADV_ESTIMATOR_REGISTRY",
+    "policy_loss": "harness.core.algos:POLICY_LOSS_REGISTRY",
+    "kl": "harness.core.algos:KL_REGISTRY",
+    "agg_mode": "harness.core.algos:AGG_MODES",
+    "reward": "harness.core.reward:reward_names",
+    "task": "harness.core.tasks:task_names",
+    "device": "harness.devices:device_names",
+    "tier": "harness.judge.tiers:tier_names",
+    "check-group": "harness.judge.tiers:check_group_names",
+    "certifiable-tier": "harness.judge.tiers:certifiable_tier_names",
+}
+ORDERED_KINDS = ("tier", "check-group", "certifiable-tier")
+
+
+def kind_names(kind: str) -> list[str]:
+    """The names registered for ``kind`` (a key of :data:`KINDS`)."""
+    import importlib
+
+    module, attr = KINDS[kind].split(":")
+    obj = getattr(importlib.import_module(module), attr)
+    names = list(obj.names() if isinstance(obj, Registry) else obj() if callable(obj) else obj)
+    return names if kind in ORDERED_KINDS else sorted(names)

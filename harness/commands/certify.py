@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.config.schema import check
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError, shown
 from harness.jsonio import load_json_strict, write_bytes_atomic, write_json_atomic, write_text_atomic
 from harness.judge.attest import PUBLIC_KEY_FILE, load_signer, public_pem, sha256_regular, sign, statement
@@ -47,6 +46,7 @@ from harness.judge.certify import (
 from harness.judge.pages import render
 from harness.mlperf import SYSTEM_DESC_FILE, system_description
 from harness.paths import PROFILES_DIR, ROOT
+from harness.schema import check
 
 HELP = "Certify this machine against a hardware profile: run its suite, write a self-verifying certificate."
 
@@ -77,7 +77,7 @@ def _plan(entry: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
                            fix=f"record it on a {src} machine: harness record-baseline {entry['recipe']} "
                                f"--profile {src} --scale {entry['scale']} --seeds 3")
     baseline = load_baseline(path)
-    if baseline["recipe"]["hash"] != res.recipe_hash:
+    if baseline.recipe.hash != res.recipe_hash:
         raise HarnessError(f"reference baseline was recorded for another version of recipe '{entry['recipe']}'",
                            file=ref, key_path="/recipe/hash",
                            fix="re-record the baseline for the current recipe (compare refuses stale baselines)")
@@ -106,12 +106,13 @@ def _runtime(image: str | None, plans: list[dict[str, Any]]) -> tuple[str, str |
 
 
 def _train(plan: dict[str, Any], run_dir: Path, runtime: str, image: str | None, quiet: bool) -> None:
+    from harness.run.plan import RunPlan
     from harness.run.runtime.launch import choose_runtime, train_stage
 
     kind = runtime if runtime == "docker" or plan["world"] > 1 else "local"
     kind, img = choose_runtime(kind, plan["res"], image)
-    ns = argparse.Namespace(steps=plan["steps"], overrides=[], quiet=quiet, nproc_per_node=None)
-    train_stage(plan["res"], ns, run_dir, kind, img)
+    train_stage(RunPlan(recipe=plan["res"].path, res=plan["res"], run_dir=run_dir, runtime=kind, image=img,
+                        steps=plan["steps"], quiet=quiet))
 
 
 def _command(args: argparse.Namespace) -> str:

@@ -18,7 +18,10 @@ import sys
 from pathlib import Path
 
 from harness.errors import HarnessError, shown
-from harness.judge.compare import TIER_ORDER, Verdict, judge
+from harness.judge.compare import exit_code, judge
+from harness.judge.tiers import TIER_ORDER
+from harness.records.base import dump
+from harness.records.verdict import Verdict
 
 HELP = "Judge a finished run (or another trainer's log: --log verl:FILE) against its baseline; write verdict.json."
 
@@ -60,11 +63,11 @@ def execute(args: argparse.Namespace) -> int:
         from harness.judge.foreign import crosscheck_lines
 
         print("\n".join(crosscheck_lines(verdict.crosscheck)))
-    return verdict.exit_code
+    return exit_code(verdict)
 
 
 def _print(verdict: Verdict) -> None:
-    summary = verdict.summary_line()
+    summary = verdict.summary_line
     print(shown(summary), flush=True)  # record content (metric names, recipe names) is printed escaped
     for line in verdict.reasons if verdict.status == "fail" else []:
         sys.stderr.write(f"  {shown(line)}\n")
@@ -101,8 +104,9 @@ def _execute_log(args: argparse.Namespace) -> int:
         if not args.no_report:
             from harness.judge.report import write_run_report
 
-            write_run_report(out, verdict, series=logs[0].series, manifest={"logs": verdict.logs})
+            write_run_report(out, verdict, series=logs[0].series,
+                             manifest={"logs": [dump(x) for x in verdict.logs or []]})
     _print(verdict)
     for line in crosscheck_lines(verdict.crosscheck or []):
         print(line)
-    return verdict.exit_code
+    return exit_code(verdict)

@@ -2,7 +2,8 @@
 
 Each recipe runs in its own process (``harness run``: a fresh process so that peak memory and
 throughput are its own) into ``<out>/<recipe>/``; the verdicts are collected into a JUnit XML file
-(one testcase per recipe x check group), a Markdown table (also appended to
+(one testcase per check of every verdict, every tier, the replay probe and the candidates included; a
+recipe without a verdict is one failing testcase), a Markdown table (also appended to
 ``$GITHUB_STEP_SUMMARY`` when set) and ``<out>/report.html``. Exit 1 on any regression, refusal,
 failed run or missing baseline; 0 when every recipe passes.
 """
@@ -14,14 +15,16 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
 from harness.commands import chosen_profile, steps_count
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
-from harness.jsonio import load_json_strict, write_bytes_atomic, write_json_atomic, write_text_atomic
+from harness.jsonio import write_bytes_atomic, write_json_atomic, write_text_atomic
+from harness.judge.tiers import CKPT_RESUME, GROUPS, make_check
+from harness.records.base import dump
+from harness.records.gate import Gate, GateEntry
+from harness.records.verdict import Check, Verdict
 
 HELP = "Run every recipe at smoke scale and judge it; JUnit XML + Markdown summary; non-zero on any regression."
-GROUPS = ("exact", "band", "statistical", "throughput", "memory", "ckpt-resume")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,7 +62,7 @@ def _recipes(args: argparse.Namespace, profile: str) -> list[str]:
     return out
 
 
-def run_one(recipe: str, profile: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(recipe: str, profile: str, args: argparse.Namespace) -> GateEntry:
     from harness.judge.baseline import default_path
 
     run_dir = args.out / recipe
@@ -68,8 +71,8 @@ def run_one(recipe: str, profile: str, args: argparse.Namespace) -> dict[str, An
         line = (f"NO-BASELINE {recipe} {profile}:{args.scale} no baseline at {bpath}; record one with `harness "
                 f"record-baseline {recipe} --profile {profile} --scale {args.scale} --seeds 3`")
         print(line, flush=True)
-        return {"recipe": recipe, "status": "no-baseline", "summary_line": line, "run_dir": None, "tier": None,
-                "counts": {}, "reasons": [line.split(" ", 3)[3]], "notices": [], "checks": []}
+        return GateEntry(recipe=recipe, status="no-baseline", summary_line=line, run_dir=None, verdict=None,
+                         checks=[], reasons=[line.split(" ", 3)[3]])
     if (run_dir / "manifest.json").exists():
         import shutil
 
@@ -83,86 +86,96 @@ def run_one(recipe: str, profile: str, args: argparse.Namespace) -> dict[str, An
     proc = harness_run(cmd, capture_output=True)
     vpath = run_dir / "verdict.json"
     if vpath.is_file():
-        v = load_json_strict(vpath)
-        out = {"recipe": recipe, "status": v["status"], "summary_line": v["summary_line"], "run_dir": str(run_dir),
-               "tier": v["tier"], "counts": v["counts"], "reasons": v["reasons"], "notices": v["notices"],
-               "checks": [c for c in v["checks"] if not c["passed"]]}
+        from harness.records.base import read
+
+        v = read(vpath, Verdict, "verdict")
+        out = GateEntry(recipe=recipe, status=v.status, summary_line=v.summary_line, run_dir=str(run_dir),
+                        verdict=v, checks=[], reasons=list(v.reasons))
     else:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        out = {"recipe": recipe, "status": "error", "summary_line": f"ERROR {recipe}: run exited {proc.returncode}: "
-               f"{tail}", "run_dir": str(run_dir) if run_dir.exists() else None, "tier": None, "counts": {},
-               "reasons": [tail], "notices": [], "checks": []}
-    print(out["summary_line"], flush=True)
+        out = GateEntry(recipe=recipe, status="error", summary_line=f"ERROR {recipe}: run exited {proc.returncode}: "
+                        f"{tail}", run_dir=str(run_dir) if run_dir.exists() else None, verdict=None, checks=[],
+                        reasons=[tail])
+    print(out.summary_line, flush=True)
     return out
 
 
-def ckpt_resume(result: dict[str, Any], recipe: str, profile: str, args: argparse.Namespace) -> None:
-    """Add the checkpoint-resume check (N straight vs N/2 + resume N/2, bitwise) to ``result``."""
+def ckpt_resume(entry: GateEntry, profile: str, args: argparse.Namespace) -> GateEntry:
+    """``entry`` with the checkpoint-resume check (N straight vs N/2 + resume N/2, bitwise)."""
     from harness.config.recipe import resolve
     from harness.run.resume_check import ckpt_resume_check
 
-    print(f"gate: {recipe} ckpt-resume ...", file=sys.stderr, flush=True)
+    print(f"gate: {entry.recipe} ckpt-resume ...", file=sys.stderr, flush=True)
     try:
-        check = ckpt_resume_check(resolve(recipe, profile, args.scale), args.out / f"{recipe}-ckpt-resume",
-                                  args.ckpt_resume_steps)
-        ok, detail = bool(check["pass"]), f"first mismatch: {check['first_mismatch']}"
+        check = ckpt_resume_check(resolve(entry.recipe, profile, args.scale),
+                                  args.out / f"{entry.recipe}-ckpt-resume", args.ckpt_resume_steps)
+        ok = bool(check["pass"])
+        detail = "bitwise equal" if ok else f"first mismatch: {check['first_mismatch']}"
     except HarnessError as err:
         ok, detail = False, err.one_line()
-    result["counts"]["ckpt-resume"] = {"checks": 1, "failed": 0 if ok else 1}
-    if not ok:
-        result["checks"].append({"group": "ckpt-resume", "metric": "metrics.jsonl", "detail": detail, "passed": False})
-        result["reasons"].append(f"ckpt-resume: {detail}")
-        if result["status"] == "pass":
-            result["status"] = "fail"
+    c = make_check(CKPT_RESUME, "metrics.jsonl", None, None, None, 0.0, ok, args.ckpt_resume_steps, [], detail)
+    reasons = entry.reasons + ([] if ok else [f"{CKPT_RESUME}: {detail}"])
+    status = "fail" if entry.status == "pass" and not ok else entry.status
+    return entry.model_copy(update={"checks": [*entry.checks, c], "reasons": reasons, "status": status})
 
 
-def junit(results: list[dict[str, Any]], profile: str) -> ET.ElementTree:
-    suite = ET.Element("testsuite", name=f"harness-gate-{profile}")
+def _numbers(c: Check) -> str:
+    at = f" at step {c.step}" if c.step is not None else ""
+    return (f"{c.group} {c.metric}{at}: run {c.run_value!r}, reference {c.ref_value!r}, tolerance {c.tolerance!r}"
+            + (f", failing steps {c.failing_steps}" if c.failing_steps else "") + f" — {c.detail}")
+
+
+def junit(gate: Gate) -> ET.ElementTree:
+    """JUnit XML: one testcase per check (classname ``gate.<profile>.<recipe>``, name ``<group>:<metric>``), a
+    failure with its numbers for each failed one; a recipe whose verdict failed without a failing check (a
+    refusal, a missing baseline, a run that stopped, a warm-start finding) adds one failing ``verdict``
+    testcase with its reasons."""
+    suite = ET.Element("testsuite", name=f"harness-gate-{gate.profile}")
     n = fails = 0
-    for r in results:
-        cases: list[tuple[str, list[str]]] = []
-        if r["status"] in ("pass", "fail"):
-            for g in GROUPS:
-                if g in r["counts"]:
-                    bad = [c for c in r["checks"] if c["group"] == g]
-                    cases.append((g, [f"{c['metric']}: {c['detail']}" for c in bad]))
-        else:
-            cases.append(("baseline" if r["status"] in ("refused", "no-baseline") else "run",
-                          r["reasons"] or r["notices"] or [r["summary_line"]]))
-        for group, problems in cases:
+    for e in gate.entries:
+        cls = f"gate.{gate.profile}.{e.recipe}"
+        cases = [(f"{c.group}:{c.metric}", None if c.passed else (c.detail or c.group, _numbers(c), e.status))
+                 for c in e.all_checks()]
+        if e.status != "pass" and all(c.passed for c in e.all_checks()):
+            lines = e.reasons or (e.verdict.notices if e.verdict else []) or [e.summary_line]
+            cases.append(("verdict", (lines[0], "\n".join(lines), e.status)))
+        for name, failure in cases:
             n += 1
-            tc = ET.SubElement(suite, "testcase", classname=f"gate.{profile}.{r['recipe']}", name=group)
-            if problems:
+            tc = ET.SubElement(suite, "testcase", classname=cls, name=name)
+            if failure is not None:
                 fails += 1
-                f = ET.SubElement(tc, "failure", message=problems[0][:500], type=r["status"])
-                f.text = "\n".join(problems)
-            ET.SubElement(tc, "system-out").text = r["summary_line"]
+                message, text, kind = failure
+                f = ET.SubElement(tc, "failure", message=message[:500], type=kind)
+                f.text = text
+            ET.SubElement(tc, "system-out").text = e.summary_line
     suite.set("tests", str(n))
     suite.set("failures", str(fails))
     suite.set("errors", "0")
-    root = ET.Element("testsuites")
+    root = ET.Element("testsuites", tests=str(n), failures=str(fails), errors="0")
     root.append(suite)
     ET.indent(root)
     return ET.ElementTree(root)
 
 
-def markdown(results: list[dict[str, Any]], profile: str) -> str:
-    ok = all(r["status"] == "pass" for r in results)
-    lines = [f"### Gate ({profile}, smoke): {'✅ pass' if ok else '❌ FAIL'}", "",
-             "| recipe | status | tier | " + " | ".join(GROUPS) + " |", "|---" * (3 + len(GROUPS)) + "|"]
-    for r in results:
+def markdown(gate: Gate) -> str:
+    groups = [g for g in GROUPS if any(g in e.counts() for e in gate.entries)]
+    ok = bool(gate.entries) and all(e.status == "pass" for e in gate.entries)
+    lines = [f"### Gate ({gate.profile}, {gate.scale}): {'✅ pass' if ok else '❌ FAIL'}", "",
+             "| recipe | status | tier | " + " | ".join(groups) + " |", "|---" * (3 + len(groups)) + "|"]
+    for e in gate.entries:
         cells = []
-        for g in GROUPS:
-            c = r["counts"].get(g)
-            cells.append("—" if not c else f"{'✅' if not c['failed'] else '❌'} {c['checks'] - c['failed']}/"
-                         f"{c['checks']}")
-        icon = {"pass": "✅", "fail": "❌"}.get(r["status"], "⚠️")
-        lines.append(f"| {r['recipe']} | {icon} {r['status']} | {r['tier'] or '—'} | " + " | ".join(cells) + " |")
+        per = e.counts()
+        for g in groups:
+            got = per.get(g)
+            cells.append("—" if not got else f"{'✅' if not got[1] else '❌'} {got[0] - got[1]}/{got[0]}")
+        icon = {"pass": "✅", "fail": "❌"}.get(e.status, "⚠️")
+        tier = e.verdict.tier if e.verdict and e.verdict.tier else "—"
+        lines.append(f"| {e.recipe} | {icon} {e.status} | {tier} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines += [f"- `{r['summary_line']}`" for r in results]
-    for r in results:
-        for reason in r["reasons"] if r["status"] != "pass" else []:
-            lines.append(f"  - {r['recipe']}: {reason}")
+    lines += [f"- `{e.summary_line}`" for e in gate.entries]
+    for e in gate.entries:
+        for reason in e.reasons if e.status != "pass" else []:
+            lines.append(f"  - {e.recipe}: {reason}")
     return "\n".join(lines) + "\n"
 
 
@@ -172,23 +185,22 @@ def execute(args: argparse.Namespace) -> int:
     profile = chosen_profile(args)
     recipes = _recipes(args, profile)  # bad names are refused before anything is written
     args.out.mkdir(parents=True, exist_ok=True)
-    results = [run_one(r, profile, args) for r in recipes]
+    entries = [run_one(r, profile, args) for r in recipes]
     if args.ckpt_resume_steps:
-        for r in results:
-            if r["status"] in ("pass", "fail"):
-                ckpt_resume(r, r["recipe"], profile, args)
-    write_json_atomic(args.out / "gate.json", {"profile": profile, "results": results})
-    md = markdown(results, profile)
+        entries = [ckpt_resume(e, profile, args) if e.status in ("pass", "fail") else e for e in entries]
+    gate = Gate(schema_version=1, profile=profile, scale=args.scale, entries=entries)
+    write_json_atomic(args.out / "gate.json", dump(gate))
+    md = markdown(gate)
     if args.summary:
         write_text_atomic(args.summary, md)
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as fh:
             fh.write(md)
     if args.junit:
-        root = junit(results, profile).getroot()
+        root = junit(gate).getroot()
         assert root is not None
         write_bytes_atomic(args.junit, ET.tostring(root, encoding="utf-8", xml_declaration=True))
-    write_gate_report(args.out, results)
+    write_gate_report(args.out, gate)
     sys.stdout.write(md)
-    ok = bool(results) and all(r["status"] == "pass" for r in results)
+    ok = bool(entries) and all(e.status == "pass" for e in entries)
     return EXIT_OK if ok else EXIT_FINDINGS

@@ -7,6 +7,7 @@ import json
 
 from harness.config.profiles import load_profile, mismatches, probe_machine, profile_names
 from harness.errors import EXIT_OK
+from harness.records.base import dump
 
 HELP = "Show the live machine and which hardware profiles it matches."
 
@@ -19,7 +20,7 @@ def execute(args: argparse.Namespace) -> int:
     machine = probe_machine()
     verdicts = {name: mismatches(load_profile(name), machine) for name in profile_names()}
     if args.json:
-        print(json.dumps({"machine": machine.as_dict(), "profiles": verdicts}, indent=2))
+        print(json.dumps({"machine": dump(machine), "profiles": verdicts}, indent=2))
         return EXIT_OK
     print(f"machine: {machine.device_count} x {machine.device_model} ({machine.device_type}, "
           f"{machine.device_memory_gb} GB), {machine.cpu_cores} cores, {machine.host_memory_gb} GB host")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.commands import add_target_arguments, chosen_profile, steps_count
 from harness.errors import EXIT_OK, HarnessError
+from harness.records.baseline import ROLLOUTS_KEY
 
 HELP = "Record a baseline from N seeded runs (noise floor, throughput, memory, tolerance policy)."
 
@@ -77,17 +78,17 @@ def execute(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {doc['steps']} steps x {1 + len(doc['noise_seeds'])} seeds; final reward "
           f"{score if score is None else round(score, 4)}; throughput {tp['value']:,.0f} tok/s on {tp['device_model']} "
           f"(spread {tp['relative_spread'] * 100:.1f}%); peak memory {doc['memory']['value']:.3f} GB; "
-          + (f"replay noise measured ({doc['replay']['perturbation']})" if doc.get("replay") else
+          + (f"replay noise measured ({doc[ROLLOUTS_KEY]['perturbation']})" if doc.get(ROLLOUTS_KEY) else
              "no replay tier (the model is too large to keep its initial policy; see the runs' manifests)"))
     return EXIT_OK
 
 
 def _from_logs(args: argparse.Namespace, res: object, out: Path) -> int:
     """A baseline from other trainers' logs (harness.judge.foreign), written once, atomically."""
-    from harness.config.schema import check
     from harness.jsonio import write_json_atomic
     from harness.judge.baseline import DEFAULT_POLICY
     from harness.judge.foreign import build_log_baseline
+    from harness.schema import check
 
     bad = [f"--{k.replace('_', '-')}" for k in ("throughput_only", "steps", "runs_dir") if getattr(args, k)]
     if bad:

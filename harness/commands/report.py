@@ -10,7 +10,6 @@ import argparse
 from pathlib import Path
 
 from harness.errors import EXIT_OK, HarnessError
-from harness.jsonio import load_json_strict
 
 HELP = "Re-render report.html for a run directory (or a gate directory)."
 
@@ -20,17 +19,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.config.schema import check
     from harness.judge import report
+    from harness.records.base import read
+    from harness.records.gate import Gate
+    from harness.records.verdict import Verdict
 
     d: Path = args.run_dir
     if (d / "gate.json").is_file():
-        path = report.write_gate_report(d, load_json_strict(d / "gate.json")["results"])
+        path = report.write_gate_report(d, read(d / "gate.json", Gate, "gate"))
     elif (d / "manifest.json").is_file():
         vpath = d / "verdict.json"
         if vpath.is_file():
-            verdict = load_json_strict(vpath)
-            check(verdict, "verdict", str(vpath))
+            verdict = read(vpath, Verdict, "verdict")
         else:
             from harness.judge.compare import judge
 

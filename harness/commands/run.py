@@ -8,16 +8,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.commands import add_override_argument, add_target_arguments, chosen_profile, steps_count
-from harness.config.recipe import Resolved, parse_override, resolve
+from harness.config.recipe import Resolved, resolve
 from harness.config.safety.check import preflight
 from harness.errors import EXIT_OK, HarnessError
+from harness.judge.tiers import REPLAY, STATISTICAL, TIER_ORDER
+from harness.run.plan import RunPlan
 from harness.run.record import default_run_dir
 from harness.run.runtime.launch import choose_runtime, train_stage
+
+if TYPE_CHECKING:
+    from harness.judge.compare import Needs
 
 HELP = "Run a recipe (GRPO training) and judge it against its baseline."
 RUNTIMES = ("auto", "local", "docker", "torchrun")
@@ -38,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
     p.add_argument("--out", type=Path, help="run directory (default: runs/<recipe>-<profile>-<utc time>/)")
     p.add_argument("--baseline", type=Path, help="baseline file (default: baselines/<recipe>/<profile>-<scale>.json)")
-    p.add_argument("--tier", choices=("exact", "replay", "band", "statistical"),
+    p.add_argument("--tier", choices=TIER_ORDER,
                    help="how to judge: exact (bitwise), replay (train on the baseline's recorded rollouts, "
                         "teacher-forced; also across profiles), band, statistical (another seed or machine, free "
                         "run); default: exact when this machine can reproduce the baseline bitwise, else replay")
@@ -80,7 +84,7 @@ def plan_replay(args: argparse.Namespace, res: Resolved, runtime: str) -> Path |
 
     forced = getattr(args, "tier", None)
     path = args.baseline or default_path(res.name, res.profile_name, res.scale)
-    if forced == "replay":
+    if forced == REPLAY.name:
         if not path.is_file():
             raise HarnessError("no baseline to replay", file=str(path),
                                fix="record one (`harness record-baseline`) or name it with --baseline")
@@ -92,14 +96,15 @@ def plan_replay(args: argparse.Namespace, res: Resolved, runtime: str) -> Path |
             or getattr(args, "resume", None) is not None:
         return None
     baseline = load_baseline(path)
-    if not baseline.get("replay") or res.spec.seed != baseline["primary_seed"]:
+    if not baseline.replay or baseline.environment is None or res.spec.seed != baseline.primary_seed:
         return None
     live = environment.live_summary(res, "local", 1)
-    blocking = [c.text() for c in environment.changes(live, baseline["environment"]) if c.blocks_exact]
+    blocking = [environment.change_text(c) for c in environment.changes(live, baseline.environment)
+                if c.blocks_exact]
     if not blocking:
         return None
     sys.stderr.write(f"notice: this machine cannot reproduce the baseline bitwise ({'; '.join(blocking)}): "
-                     "replaying its recorded rollouts instead (--tier replay)\n")
+                     f"replaying its recorded rollouts instead (--tier {REPLAY.name})\n")
     return path
 
 
@@ -174,7 +179,8 @@ def check_resume(args: argparse.Namespace, res: Resolved, run_dir: Path, runtime
         args.steps = plan.requested
 
 
-def execute(args: argparse.Namespace) -> int:
+def build_plan(args: argparse.Namespace) -> RunPlan:
+    """The run asked for, decided once from the command line (nothing has started yet)."""
     from harness.run.resume import read_manifest, resume_overrides
 
     if getattr(args, "candidates", None) is not None and not 1 <= args.candidates <= MAX_CANDIDATES:
@@ -188,8 +194,10 @@ def execute(args: argparse.Namespace) -> int:
         args.profile = read_manifest(args.resume).get("profile")
     res = resolve_args(args)
     run_dir = choose_run_dir(args, res)
+    sets = list(args.overrides)
     if args.resume is not None:  # the original run's --set overrides first, then the ones given now
-        res = resolve_args(args, resume_overrides(run_dir, args.overrides))
+        sets = resume_overrides(run_dir, args.overrides)
+        res = resolve_args(args, sets)
     preflight(res)
     if args.stage == "train":
         runtime, image = ("torchrun", None) if args.runtime == "torchrun" else ("local", None)
@@ -199,111 +207,77 @@ def execute(args: argparse.Namespace) -> int:
         check_resume(args, res, run_dir, runtime)
         if getattr(args, "auto_resumed", False):
             sys.stderr.write(f"notice: continuing the unfinished run in {run_dir} (trainer.resume_mode auto)\n")
-    replay = plan_replay(args, res, runtime)
-    train_stage(res, args, run_dir, runtime, image, replay)
-    if args.stage == "train":
+    return RunPlan(recipe=args.recipe, res=res, run_dir=run_dir, runtime=runtime, image=image, steps=args.steps,
+                   overrides=tuple(args.overrides), quiet=args.quiet, resume=args.resume,
+                   nproc_per_node=args.nproc_per_node, replay=plan_replay(args, res, runtime), tier=args.tier,
+                   baseline=args.baseline, candidates=getattr(args, "candidates", None),
+                   probe=not getattr(args, "no_replay_probe", False), report=not getattr(args, "no_report", False),
+                   train_only=args.stage == "train")
+
+
+def execute(args: argparse.Namespace) -> int:
+    plan = build_plan(args)
+    train_stage(plan)
+    if plan.train_only:
         return EXIT_OK
-
-    def without_seed() -> list[str]:
-        return [o for o in args.overrides if parse_override(o)[0] != "seed"]
-
-    def train_candidate(seed: int, cand_dir: Path) -> None:
-        sets = [*without_seed(), f"seed={seed}"]
-        cand_args = argparse.Namespace(**{**vars(args), "overrides": sets, "resume": None})
-        train_stage(resolve_args(args, sets), cand_args, cand_dir, runtime, image, None)
-
-    def train_probe(baseline: Path, primary_seed: int, steps: int, where: Path) -> None:
-        sets = without_seed()  # a replay starts from the baseline's policy: the baseline's seed
-        if resolve_args(args, sets).config["seed"] != primary_seed:
-            sets.append(f"seed={primary_seed}")
-        probe_args = argparse.Namespace(**{**vars(args), "overrides": sets, "resume": None, "steps": steps,
-                                           "tier": "replay"})
-        train_stage(resolve_args(args, sets), probe_args, where, "local", None, baseline)
-
-    return judge_and_report(res, run_dir, baseline=args.baseline or replay, quiet=args.quiet, tier=args.tier,
-                            report=not getattr(args, "no_report", False), train_candidate=train_candidate,
-                            train_probe=None if getattr(args, "no_replay_probe", False) else train_probe,
-                            candidates=getattr(args, "candidates", None))
+    return judge_and_report(plan)
 
 
 MAX_CANDIDATES = 9
-
-
-def train_missing_candidates(run_dir: Path, verdict: Any, wanted: int | None,
-                             train_candidate: Callable[[int, Path], None], quiet: bool) -> bool:
-    """Train the candidate runs a statistical verdict lacks (:mod:`harness.judge.candidates`); True if any was.
-
-    A candidate directory that exists but is not a finished candidate of this run is refused, not overwritten.
-    """
-    from harness.judge import candidates
-
-    want = wanted if wanted is not None else (verdict.policy or {}).get("statistical", {}).get("candidate_runs", 1)
-    have = {c["seed"] for c in verdict.candidates}
-    taken = {verdict.baseline["primary_seed"], *verdict.baseline["noise_seeds"]} if verdict.baseline else set()
-    todo = [s for s in candidates.candidate_seeds(verdict.run["seed"], want, taken) if s not in have]
-    todo = todo[:max(0, want - 1 - len(have))]
-    for i, seed in enumerate(todo, 1):
-        cand_dir = candidates.candidate_dir(run_dir, seed)
-        if cand_dir.exists() or cand_dir.is_symlink():
-            raise HarnessError("holds something that is not a finished candidate run of this run", file=str(cand_dir),
-                               fix=LEFTOVER_FIX)
-        if not quiet:
-            sys.stderr.write(f"notice: the statistical tier judges the median of {want} runs: training candidate "
-                             f"seed {seed} ({i} of {len(todo)}) into {cand_dir}\n")
-        cand_dir.parent.mkdir(parents=True, exist_ok=True)
-        train_candidate(seed, cand_dir)
-    return bool(todo)
-
-
 LEFTOVER_FIX = ("remove it; `harness compare RUN_DIR` then judges the run without it (with a notice), and "
                 "`harness run` trains it when the run is repeated")
 
 
-def train_missing_probe(run_dir: Path, verdict: Any, train_probe: Callable[[Path, int, int, Path], None],
-                        quiet: bool) -> bool:
-    """Train the replay probe a statistical verdict lacks and can have (the judge decides which:
-    ``verdict.probe_wanted``, :mod:`harness.judge.probe`); True if it was.
-
-    A probe directory that exists but is not this run's finished probe is refused, not overwritten.
-    """
-    from harness.judge import probe
-
-    want = verdict.probe_wanted
-    if want is None:
-        return False
-    where = probe.probe_dir(run_dir)
+def _fresh(where: Path, what: str) -> None:
+    """A directory the judge asked for must not exist yet: nothing there is overwritten."""
     if where.exists() or where.is_symlink():
-        raise HarnessError("holds something that is not a finished replay probe of this run", file=str(where),
+        raise HarnessError(f"holds something that is not a finished {what} of this run", file=str(where),
                            fix=LEFTOVER_FIX)
-    if not quiet:
-        sys.stderr.write(f"notice: the statistical tier also replays the baseline's first {want.steps} steps with "
-                         f"this run's settings (a replay probe) into {where}\n")
-    train_probe(want.baseline, want.primary_seed, want.steps, where)
-    return True
 
 
-def judge_and_report(res: Resolved, run_dir: Path, *, baseline: Path | None, quiet: bool,
-                     tier: str | None = None, report: bool = True,
-                     train_candidate: Callable[[int, Path], None] | None = None,
-                     train_probe: Callable[[Path, int, int, Path], None] | None = None,
-                     candidates: int | None = None) -> int:
-    """Judge the run and write its verdict (and report). When the statistical tier decides, first train what
-    the verdict lacks (candidate runs, the replay probe) and judge again with them."""
-    from harness.judge.compare import judge, write_verdict
+def train_needs(plan: RunPlan, needs: Needs) -> None:
+    """Train what the judge asked for: the candidate runs (other seeds, :mod:`harness.judge.candidates`) and the
+    replay probe (:mod:`harness.judge.probe`), each from ``plan`` with other overrides into its own directory."""
+    from harness.judge import candidates, probe
 
-    verdict = judge(run_dir, res, baseline_path=baseline, tier=tier, write=False)
-    if verdict.tier == "statistical" and verdict.status in ("pass", "fail"):
-        trained = train_candidate is not None and train_missing_candidates(run_dir, verdict, candidates,
-                                                                          train_candidate, quiet)
-        trained = (train_probe is not None and train_missing_probe(run_dir, verdict, train_probe, quiet)) or trained
-        if trained:
-            verdict = judge(run_dir, res, baseline_path=baseline, tier=tier, write=False)
-    write_verdict(run_dir, verdict)
-    if report:
+    for i, seed in enumerate(needs.candidate_seeds, 1):
+        where = candidates.candidate_dir(plan.run_dir, seed)
+        _fresh(where, "candidate run")
+        if not plan.quiet:
+            sys.stderr.write(f"notice: the {STATISTICAL.name} tier judges the median of several runs: training "
+                             f"candidate seed {seed} ({i} of {len(needs.candidate_seeds)}) into {where}\n")
+        where.parent.mkdir(parents=True, exist_ok=True)
+        train_stage(plan.variant([*plan.without_seed(), f"seed={seed}"], where))
+    want = needs.probe
+    if want is not None:
+        where = probe.probe_dir(plan.run_dir)
+        _fresh(where, "replay probe")
+        if not plan.quiet:
+            sys.stderr.write(f"notice: the {STATISTICAL.name} tier also replays the baseline's first {want.steps} "
+                             f"steps with this run's settings (a replay probe) into {where}\n")
+        sets = plan.without_seed()  # a replay starts from the baseline's policy: the baseline's seed
+        if plan.variant(sets, where).res.config["seed"] != want.primary_seed:
+            sets.append(f"seed={want.primary_seed}")
+        train_stage(plan.variant(sets, where, steps=want.steps, replay=want.baseline))
+
+
+def judge_and_report(plan: RunPlan) -> int:
+    """Judge the run and write its verdict (and report). When the judge needs more (the statistical tier's
+    candidates and replay probe), train that first and judge again with them."""
+    from harness.judge.compare import Needs, exit_code, judge_needs, write_verdict
+
+    baseline = plan.baseline or plan.replay
+    verdict, needs = judge_needs(plan.run_dir, baseline, plan.tier, plan.candidates)
+    wanted = Needs(needs.candidate_seeds, needs.probe if plan.probe else None)
+    if wanted and verdict.status in ("pass", "fail"):
+        train_needs(plan, wanted)
+        verdict, _ = judge_needs(plan.run_dir, baseline, plan.tier, plan.candidates)
+    write_verdict(plan.run_dir, verdict)
+    if plan.report:
         from harness.judge.report import write_run_report
 
-        write_run_report(run_dir, verdict)
-    print(verdict.summary_line())
-    if not quiet:
-        print(f"run directory: {run_dir}")
-    return verdict.exit_code
+        write_run_report(plan.run_dir, verdict)
+    print(verdict.summary_line)
+    if not plan.quiet:
+        print(f"run directory: {plan.run_dir}")
+    return exit_code(verdict)

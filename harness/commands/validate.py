@@ -27,10 +27,10 @@ from harness.config.recipe import (
 )
 from harness.config.safety import RULES, Finding
 from harness.config.safety.check import check_resolved, label
-from harness.config.schema import SchemaErrors, check
 from harness.errors import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, HarnessError
 from harness.jsonio import load_json_strict
 from harness.paths import PROFILES_DIR
+from harness.schema import SchemaErrors, check
 
 HELP = "Check recipes and profiles (schema, scale/profile patches, overrides, safety rules); run nothing."
 

@@ -12,7 +12,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
-from harness.core.spec import PROFILE_NAME, Recipe, Registered, Section, field
+from harness.core.spec import Recipe, Section
+from harness.records.base import PROFILE_NAME, Registered, field
+from harness.records.common import Interconnect
 
 PATCH = {"type": "object", "description": "A deep-merge patch: any object; checked by validating the merged result."}
 SCALES = {
@@ -59,17 +61,12 @@ class Accelerator(Section):
     peak_bf16_tflops: float = field("Dense bf16 peak per device (for MFU); measured or datasheet.", gt=0)
 
 
-class Interconnect(Section):
-    intra_node: str = field("Device-to-device link within a node.", min_length=1)
-    inter_node: str = field("Node-to-node network.", min_length=1)
-
-
 class Host(Section):
     cpu_cores: int = field("Cores (minimum expected).", ge=1)
     memory_gb: float = field("Host memory in GB.", gt=0)
 
 
-class Software(Section):
+class SoftwarePin(Section):
     driver: str | None = field("Accelerator driver version prefix.")
     runtime: str | None = field("CUDA / CANN version prefix.")
 
@@ -92,5 +89,5 @@ class Profile(Section):
     interconnect: Interconnect = field("Links.")
     collective_backend: Literal["nccl", "hccl", "gloo"] = field("torch.distributed backend.")
     host: Host = field("Host side of one node.")
-    software: Software = field("Stack the profile is certified with (null = not checked).")
+    software: SoftwarePin = field("Stack the profile is certified with (null = not checked).")
     container_image: ContainerImage = field("Pinned image the profile runs in.")

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import dataclass
 from typing import Any
 
-from harness.config.schema import check
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict
 from harness.paths import PROFILES_DIR
+from harness.records.run import Machine
+from harness.schema import check
 
 
 def profile_names() -> list[str]:
@@ -34,25 +34,6 @@ def load_profile(name: str) -> dict[str, Any]:
         raise HarnessError(f"profile name '{data['name']}' differs from the file name", file=str(path),
                            key_path="/name", fix=f"set name to '{name}'")
     return data
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What the live machine has, as read now."""
-
-    device_type: str  # cpu | cuda | npu
-    device_count: int
-    device_model: str
-    device_memory_gb: float
-    driver: str | None
-    runtime: str | None
-    cpu_cores: int
-    host_memory_gb: float
-    hostname: str
-    cpu_model: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def _host_memory_gb() -> float:
@@ -81,8 +62,9 @@ def probe_machine() -> Machine:
                   hostname=platform.node(), cpu_model=cpu_model_name())
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         props = torch.cuda.get_device_properties(0)
-        return Machine("cuda", torch.cuda.device_count(), props.name, round(props.total_memory / 1e9, 1),
-                       _nvidia_driver(), torch.version.cuda, **common)
+        return Machine(device_type="cuda", device_count=torch.cuda.device_count(), device_model=props.name,
+                       device_memory_gb=round(props.total_memory / 1e9, 1), driver=_nvidia_driver(),
+                       runtime=torch.version.cuda, **common)
     try:
         import torch_npu  # noqa: F401  (registers torch.npu)
 
@@ -90,10 +72,12 @@ def probe_machine() -> Machine:
             name = torch.npu.get_device_name(0)  # type: ignore[attr-defined]
             mem = torch.npu.get_device_properties(0).total_memory / 1e9  # type: ignore[attr-defined]
             cann = getattr(getattr(torch_npu, "version", None), "cann", None)
-            return Machine("npu", torch.npu.device_count(), name, round(mem, 1), None, cann, **common)  # type: ignore[attr-defined]
+            return Machine(device_type="npu", device_count=torch.npu.device_count(),  # type: ignore[attr-defined]
+                           device_model=name, device_memory_gb=round(mem, 1), driver=None, runtime=cann, **common)
     except ImportError:
         pass
-    return Machine("cpu", 1, common["cpu_model"], common["host_memory_gb"], None, None, **common)
+    return Machine(device_type="cpu", device_count=1, device_model=common["cpu_model"],
+                   device_memory_gb=common["host_memory_gb"], driver=None, runtime=None, **common)
 
 
 def cpu_model_name() -> str:

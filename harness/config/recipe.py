@@ -24,11 +24,11 @@ from pydantic import BaseModel, ValidationError
 from harness.config.models import Profile
 from harness.config.profiles import load_profile
 from harness.config.safety.code_loading import is_code_loading_key
-from harness.config.schema import check, load_schema, pointer
 from harness.core.spec import Recipe
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict
 from harness.paths import RECIPES_DIR
+from harness.schema import check, load_schema, pointer
 
 SCALES_DEFAULT = "smoke"
 M = TypeVar("M", bound=BaseModel)

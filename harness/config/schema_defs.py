@@ -2,8 +2,8 @@
 
 Every schema comes from a typed model: the recipe from :mod:`harness.core.spec` (descriptions, bounds,
 ``x-overridable`` and the registries' enums are field metadata there), the recipe file and the profile
-from :mod:`harness.config.models`, the run records from :mod:`harness.config.records` and certification
-from :mod:`harness.config.cert_records`. pydantic writes each model's schema; :func:`from_model` puts it in
+from :mod:`harness.config.models`, the run records and certification from
+:mod:`harness.records`. pydantic writes each model's schema; :func:`from_model` puts it in
 the committed style (inlined, ``type: [T, "null"]`` for optional values). The files are committed; a test
 fails when they drift from their models.
 """
@@ -16,9 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness.config import cert_records, models, records
+from harness.config import models
 from harness.core import spec
 from harness.core.spec import registered  # noqa: F401 - re-exported (tests read the enums through it)
+from harness.records import baseline, certificate, gate, run, verdict
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_BASE = "https://harness.invalid/schemas/v1/"
@@ -107,10 +108,11 @@ def profile_schema() -> dict[str, Any]:
 def record_schemas() -> dict[str, dict[str, Any]]:
     """The run records' and certification's schemas (their integers keep their own bounds)."""
     out = {f"{name}.schema.json": from_model(model, name, (model.__doc__ or "").strip(), capped=False)
-           for name, model in (("manifest", records.Manifest), ("baseline", records.Baseline),
-                               ("verdict", records.Verdict), ("trainer-state", records.TrainerState),
-                               ("suite", cert_records.Suite),
-                               ("certificate", cert_records.Certificate))}
+           for name, model in (("manifest", run.Manifest), ("baseline", baseline.Baseline),
+                               ("verdict", verdict.Verdict), ("trainer-state", run.TrainerState),
+                               ("gate", gate.Gate),
+                               ("suite", certificate.Suite),
+                               ("certificate", certificate.Certificate))}
     resolved = {k: v for k, v in recipe_schema(resolved=True).items() if k not in ("$schema", "$id", "title")}
     out["manifest.schema.json"]["properties"]["resolved_config"] = resolved  # the recipe, as the run resolved it
     return out

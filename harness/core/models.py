@@ -54,7 +54,7 @@ BANNED_LOGIT = -1e9  # large finite negative: -inf would make 0 * -inf = NaN at 
 
 
 @dataclass(frozen=True)
-class BuiltModel:
+class BuiltModules:
     actor: torch.nn.Module
     ref: torch.nn.Module | None
     is_vlm: bool
@@ -216,7 +216,7 @@ def check_model_dir(cfg: Recipe, path: Path) -> Any:
 
 
 def build_models(cfg: Recipe, token_ids: dict[str, int], device: torch.device, seed: int,
-                 with_ref: bool) -> BuiltModel:
+                 with_ref: bool) -> BuiltModules:
     """Actor (trainable) and frozen reference copy, in the recipe's dtype, on ``device``."""
     model_cfg = cfg.model
     dtype = DTYPES[model_cfg.dtype]
@@ -254,7 +254,7 @@ def build_models(cfg: Recipe, token_ids: dict[str, int], device: torch.device, s
         for p in ref.parameters():
             p.requires_grad_(False)
     total, active = count_params(actor)
-    return BuiltModel(actor, ref, model_cfg.family == "qwen3_vl_moe", attn, tuple(notes), total, active)
+    return BuiltModules(actor, ref, model_cfg.family == "qwen3_vl_moe", attn, tuple(notes), total, active)
 
 
 # ----------------------------------------------------------------------------- shared forward

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.core.models import BuiltModel
+from harness.core.models import BuiltModules
 from harness.core.spec import Recipe
 from harness.core.trainer import Dist
 from harness.devices import DEVICE_KINDS
@@ -96,7 +96,7 @@ def fsdp_wrapper(cfg: Recipe, world: int) -> Any:
     offload_actor = bool(engine.param_offload or engine.optimizer_offload)
     offload_ref = bool(cfg.actor_rollout_ref.ref.param_offload)
 
-    def wrap(built: BuiltModel) -> BuiltModel:
+    def wrap(built: BuiltModules) -> BuiltModules:
         mesh = _mesh(device_type, world, int(engine.fsdp_size))
         actor = shard_model(built.actor, mesh, offload_actor)
         ref = shard_model(built.ref, mesh, offload_ref) if built.ref is not None else None

@@ -9,7 +9,7 @@ registered implementations (estimators, losses, KL kinds, rewards, tasks, device
 the engine's registries, so adding one is a decorated function and its test.
 
 Documents are validated by the generated JSON Schema first (one line per error, all errors at once:
-:mod:`harness.config.schema`), then read into :class:`Recipe`, which the trainer and every stage take.
+:mod:`harness.schema`), then read into :class:`Recipe`, which the trainer and every stage take.
 Training sections keep verl's key names and nesting (``data``, ``algorithm``, ``actor_rollout_ref``,
 ``trainer``) so a verl user recognises them and the safety rules read a recipe and an imported verl
 launcher alike.
@@ -17,20 +17,13 @@ launcher alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    GetCoreSchemaHandler,
-    GetJsonSchemaHandler,
-    field_validator,
-    model_validator,
-)
-from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
-from pydantic_core import CoreSchema, core_schema
+from pydantic import Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from harness.records.base import MAX_STEPS, RECIPE_NAME, Record, Registered, field
+from harness.registry import kind_names
 
 # Upper bounds: a size the harness would try to allocate or loop over is refused by the schema, not
 # discovered by running out of memory. Every other recipe integer is capped at INT32_MAX (schema_defs).
@@ -38,11 +31,8 @@ MAX_EXAMPLES = 1_000_000  # synthetic examples are generated (with their images)
 MAX_IMAGE_SIDE = 4096
 MAX_BATCH = 65_536
 MAX_TOKENS = 1 << 20
-MAX_STEPS = 10_000_000
-RECIPE_NAME = r"^[a-z0-9_]+$"  # a recipe id: also a file and directory name (recipes/, baselines/)
 MAX_GROUP = 1024
 MAX_SEED = 2**32 - 1  # NumPy's legacy seed range
-PROFILE_NAME = r"^[a-z0-9][a-z0-9.-]*$"
 ONE_LINE = r"^[^\u0000-\u001f\u007f-\u009f]+$"  # no control character: text an exported launcher copies
 ONE_LINE_FIX = {"x-fix": "write it on one line, without control characters (newline, tab, escape, ...)"}
 Family = Literal["qwen3", "qwen3_moe", "qwen3_vl_moe"]  # each picks a transformers class (harness.core.models)
@@ -51,41 +41,7 @@ CODE_NOTE = (" Loads code: must stay null unless security.allow_code_loading is 
              "pinned (rule code-loading-key).")
 
 
-def registered(kind: str) -> list[str]:
-    """The names registered for ``kind``: the schema enums follow the registries (imported when a schema is
-    generated, so reading a recipe stays light)."""
-    from harness import devices
-    from harness.core import algos, reward, tasks
-
-    names = {"adv_estimator": algos.ADV_ESTIMATOR_REGISTRY.names(), "policy_loss": algos.POLICY_LOSS_REGISTRY.names(),
-             "kl": algos.KL_REGISTRY.names(), "agg_mode": algos.AGG_MODES, "reward": reward.reward_names(),
-             "task": tasks.task_names(), "device": devices.device_names()}
-    return sorted(names[kind])
-
-
-@dataclass(frozen=True)
-class Registered:
-    """``Annotated[str, Registered(kind)]``: a name from a registry; the schema lists the registered names."""
-
-    kind: str
-
-    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return {**handler(schema), "enum": registered(self.kind)}
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        def known(name: str) -> str:
-            if name not in registered(self.kind):
-                raise ValueError(f"{name!r} is not a registered {self.kind}; use one of "
-                                 + ", ".join(registered(self.kind)))
-            return name
-
-        return core_schema.no_info_after_validator_function(known, handler(source))
-
-
-def field(desc: str, *, over: bool = False, extra: dict[str, Any] | None = None, **kw: Any) -> Any:
-    """A required field with its description; ``over``: ``--set`` may change it (``x-overridable``)."""
-    schema_extra = {**({"x-overridable": True} if over else {}), **(extra or {})}
-    return Field(description=desc, json_schema_extra=schema_extra or None, **kw)
+registered = kind_names  # the names registered for a kind: the schema enums follow the registries
 
 
 def code_path(desc: str) -> Any:
@@ -93,10 +49,8 @@ def code_path(desc: str) -> Any:
     return field(desc + CODE_NOTE, min_length=1)
 
 
-class Section(BaseModel):
-    """A closed object: unknown keys are errors; read-only once built."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Section(Record):
+    """A closed recipe section: unknown keys are errors; read-only once built."""
 
 
 # ----------------------------------------------------------------------------- model

@@ -33,7 +33,7 @@ from harness.core.device import (
     synchronize,
 )
 from harness.core.lean_norm import use_lean_norms
-from harness.core.models import BuiltModel, banned_bias, build_models, check_model_dir
+from harness.core.models import BuiltModules, banned_bias, build_models, check_model_dir
 from harness.core.replay import ReplaySource, replayed_batch
 from harness.core.reward import get_reward
 from harness.core.rollout import RolloutBatch, draw_uniforms, generate
@@ -62,7 +62,7 @@ class Dist:
     world: int = 1
     all_reduce: Callable[[torch.Tensor], torch.Tensor] = field(default=lambda t: t)
     all_gather_objects: Callable[[Any], list[Any]] = field(default=lambda o: [o])
-    wrap: Callable[[BuiltModel], BuiltModel] | None = None  # e.g. FSDP2 sharding (harness.core.parallel)
+    wrap: Callable[[BuiltModules], BuiltModules] | None = None  # e.g. FSDP2 sharding (harness.core.parallel)
     grad_scale: float = 1.0  # world size when the wrapper averages gradients over ranks
 
 

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.config.schema import check
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.judge.baseline import (
@@ -33,8 +32,13 @@ from harness.judge.baseline import (
     reference_speeds,
     throughput_reference,
 )
+from harness.judge.tiers import REPLAY
+from harness.records.base import dump, read
+from harness.records.baseline import ROLLOUTS_KEY, Policy
+from harness.records.run import Manifest
 from harness.run.environment import summary
 from harness.run.runtime.spec import RunSpec
+from harness.schema import check
 
 PERTURBATION = ("the same replay in float64 (--set model.dtype=float64): its distance from the recorded run is the "
                 "rounding error of the baseline's own arithmetic, which any other implementation also makes")
@@ -83,15 +87,16 @@ def replay_noise(primary: Any, profile: str, scale: str, baseline_path: Path, do
                  progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
     """Replay the primary rollouts with the arithmetic reordered; the per-step deviation of each metric."""
     run_dir = runs_dir / "replay-noise"
-    log(f"record-baseline: replay noise ({doc['replay']['perturbation']}) -> {run_dir}")
-    horizon = min(doc["steps"], int(doc["policy"]["replay"]["horizon_steps"]))  # only these steps are gated
+    rollouts = doc[ROLLOUTS_KEY]
+    log(f"record-baseline: replay noise ({rollouts['perturbation']}) -> {run_dir}")
+    horizon = min(doc["steps"], DEFAULT_POLICY.replay.horizon_steps)  # only these steps are gated
     cmd = RunSpec(str(primary.path), profile, scale, out=str(run_dir), steps=horizon, overrides=("model.dtype=float64",),
-                  runtime="local", stage="train", tier="replay", baseline=str(baseline_path),
+                  runtime="local", stage="train", tier=REPLAY.name, baseline=str(baseline_path),
                   quiet=not progress).run_args()
     _child(cmd, run_dir, "replay-noise run", progress)
     replayed = load_series(run_dir)
     noise: dict[str, list[float | None]] = {}
-    for name in doc["replay"]["metrics"]:
+    for name in rollouts["metrics"]:
         spec = doc["metrics"][name]
         row = []
         for k, v in zip(spec["steps"], spec["values"]):
@@ -101,9 +106,9 @@ def replay_noise(primary: Any, profile: str, scale: str, baseline_path: Path, do
     return noise
 
 
-def need_steady_steps(steps: int, policy: dict[str, Any]) -> None:
+def need_steady_steps(steps: int, policy: Policy) -> None:
     """Refuse, before anything trains, runs too short to leave a steady step past the throughput warm-up."""
-    warmup = int(policy["throughput"]["warmup_steps"])
+    warmup = policy.throughput.warmup_steps
     if steps <= warmup:
         raise HarnessError(f"{steps} steps leave no steady step to measure throughput (the first {warmup} are "
                            "warm-up)", key_path="--steps", fix=f"record at least {warmup + 1} steps")
@@ -139,11 +144,11 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
         log(f"record-baseline: no replay tier — {not_kept[0]}")
     else:  # the rollouts go beside a scratch copy first; the replay-noise run reads them from there
         sha = pack(dirs[0], doc["steps"], rollouts_path(scratch))
-        metrics = sorted(n for n, m in doc["metrics"].items() if "replay" in m["tiers"])
-        doc["replay"] = {"file": rollouts_path(out).name, "sha256": sha, "metrics": metrics,
-                         "perturbation": PERTURBATION, "noise": {}}
+        metrics = sorted(n for n, m in doc["metrics"].items() if REPLAY.name in m["tiers"])
+        doc[ROLLOUTS_KEY] = {"file": rollouts_path(out).name, "sha256": sha, "metrics": metrics,
+                             "perturbation": PERTURBATION, "noise": {}}
         write_json_atomic(scratch, doc)
-        doc["replay"]["noise"] = replay_noise(primary, profile, scale, scratch, doc, runs_dir, progress, log)
+        doc[ROLLOUTS_KEY]["noise"] = replay_noise(primary, profile, scale, scratch, doc, runs_dir, progress, log)
     check(doc, "baseline", str(out))
     if out.exists() and not force:
         raise HarnessError("a baseline appeared while recording", file=str(out), fix="pass --force to replace it")
@@ -167,23 +172,24 @@ def record_throughput(recipe: str, profile: str, scale: str, *, runs: int, steps
                            fix="record the baseline first (without --throughput-only)")
     doc = load_baseline(out)
     primary = resolve(recipe, profile, scale)
-    need_steady_steps(steps or doc["steps"], doc["policy"])
-    dirs = _seed_runs(primary, profile, scale, runs, steps or doc["steps"], runs_dir, progress, log)
-    manifest = load_json_strict(dirs[0] / "manifest.json")
-    if manifest["recipe"]["hash"] != doc["recipe"]["hash"]:
+    need_steady_steps(steps or doc.steps, doc.policy)
+    dirs = _seed_runs(primary, profile, scale, runs, steps or doc.steps, runs_dir, progress, log)
+    manifests = [read(d / "manifest.json", Manifest, "manifest") for d in dirs]
+    if manifests[0].recipe.hash != doc.recipe.hash:
         raise HarnessError("the recipe changed since the baseline was recorded", file=str(out),
                            fix="re-record the whole baseline")
-    pol = doc["policy"]["throughput"]
-    per_run = [v for v in reference_speeds([load_series(d) for d in dirs], pol, steps or doc["steps"]) if v]
-    ref = throughput_reference(summary(manifest), [v for vals in per_run for v in vals],
-                               [quantile(v, pol["quantile"]) for v in per_run], pol["quantile"],
-                               manifest["runtime"]["kind"], [load_json_strict(d / "manifest.json") for d in dirs])
-    refs = doc["throughput"]["references"]
-    same = [r for r in refs if (r["device_model"], r["threads"]) == (ref["device_model"], ref["threads"])]
+    pol = doc.policy.throughput
+    per_run = [v for v in reference_speeds([load_series(d) for d in dirs], pol, steps or doc.steps) if v]
+    ref = throughput_reference(summary(manifests[0]), [v for vals in per_run for v in vals],
+                               [quantile(v, pol.quantile) for v in per_run], pol.quantile,
+                               manifests[0].runtime.kind, manifests)
+    refs = doc.throughput.references
+    same = [r for r in refs if (r.device_model, r.threads) == (ref.device_model, ref.threads)]
     if same and not force:
-        raise HarnessError(f"the baseline already has a throughput reference for {ref['device_model']} "
-                           f"({ref['threads']} threads)", file=str(out), fix="pass --force to replace it")
-    doc["throughput"]["references"] = [r for r in refs if r not in same] + [ref]
-    check(doc, "baseline", str(out))
-    write_json_atomic(out, doc)
-    return ref
+        raise HarnessError(f"the baseline already has a throughput reference for {ref.device_model} "
+                           f"({ref.threads} threads)", file=str(out), fix="pass --force to replace it")
+    raw = load_json_strict(out)  # the file as it is, only its references replaced
+    raw["throughput"]["references"] = [dump(r) for r in refs if r not in same] + [dump(ref)]
+    check(raw, "baseline", str(out))
+    write_json_atomic(out, raw)
+    return dump(ref)

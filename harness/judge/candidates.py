@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.schema import schema_errors
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict
+from harness.records.run import Manifest
 from harness.run.record import MARKER
+from harness.schema import schema_errors
 
 CANDIDATES_DIR = "candidates"
 SEED_STRIDE = 1_000_000
@@ -50,23 +51,24 @@ def candidate_dir(run_dir: Path, seed: int) -> Path:
     return Path(run_dir) / CANDIDATES_DIR / f"seed-{seed}"
 
 
-def differs(primary: dict[str, Any], other: dict[str, Any]) -> str:
+def differs(primary: Manifest, other: Manifest) -> str:
     """Why ``other`` is not a run of the primary's recipe, profile, scale, fault and overrides ('' when it is;
     the seed is not compared)."""
-    for key, what in (("profile", "profile"), ("scale", "scale"), ("fault_injection", "fault injection")):
-        if other.get(key) != primary.get(key):
+    for mine, theirs, what in ((primary.profile, other.profile, "profile"), (primary.scale, other.scale, "scale"),
+                               (primary.fault_injection, other.fault_injection, "fault injection")):
+        if theirs != mine:
             return f"another {what}"
-    if other["recipe"]["hash"] != primary["recipe"]["hash"]:
+    if other.recipe.hash != primary.recipe.hash:
         return "another recipe"
 
-    def others(m: dict[str, Any]) -> list[tuple[str, Any]]:
-        return [(o["key"], o["value"]) for o in m["overrides"] if o["key"] != "seed"]
+    def others(m: Manifest) -> list[tuple[str, Any]]:
+        return [(o.key, o.value) for o in m.overrides if o.key != "seed"]
     if others(other) != others(primary):
         return "other overrides"
     return ""
 
 
-def read_finished(entry: Path) -> tuple[dict[str, Any] | None, str]:
+def read_finished(entry: Path) -> tuple[Manifest | None, str]:
     """The manifest of the finished run in ``entry``, or None and why it is not one. Only the manifest is read
     (nothing in a run directory is executed or unpickled)."""
     if not entry.is_dir() or entry.is_symlink():
@@ -80,9 +82,10 @@ def read_finished(entry: Path) -> tuple[dict[str, Any] | None, str]:
     errs = schema_errors(manifest, "manifest")
     if errs:
         return None, f"manifest fails its schema at {errs[0][0]}"
-    if manifest["status"] != "complete":
-        return None, f"status {manifest['status']}"
-    return manifest, ""
+    record = Manifest.model_validate(manifest)
+    if record.status != "complete":
+        return None, f"status {record.status}"
+    return record, ""
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ class Candidates:
     notices: list[str]
 
 
-def find(run_dir: Path, primary: dict[str, Any]) -> Candidates:
+def find(run_dir: Path, primary: Manifest) -> Candidates:
     """The complete candidate runs under ``run_dir/candidates/`` that are this run with another seed.
 
     Anything else found there is left out with a notice saying why (nothing there is executed or
@@ -108,9 +111,9 @@ def find(run_dir: Path, primary: dict[str, Any]) -> Candidates:
             continue
         manifest, why = read_finished(entry)
         if manifest is not None:
-            why = (f"holds seed {manifest['seed']}, not {m[1]}" if manifest["seed"] != int(m[1])
-                   else "the same seed as the run" if manifest["seed"] == primary["seed"]
-                   else "a replay, not a free run" if manifest.get("replay")
+            why = (f"holds seed {manifest.seed}, not {m[1]}" if manifest.seed != int(m[1])
+                   else "the same seed as the run" if manifest.seed == primary.seed
+                   else "a replay, not a free run" if manifest.replay
                    else differs(primary, manifest))
         if why:
             notices.append(f"candidate {entry} left out: {why}")

@@ -46,9 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.schema import check, schema_errors
 from harness.errors import HarnessError
-from harness.jsonio import load_json_strict, write_bytes_atomic, write_json_atomic
+from harness.jsonio import load_json_strict, write_bytes_atomic
 from harness.judge.attest import (
     INPUTS_DIR,
     digest_problem,
@@ -70,13 +69,17 @@ from harness.judge.baseline import (
     quantile,
     steady_speed,
 )
+from harness.judge.compare import refusal_reasons
+from harness.judge.tiers import BAND, EXACT, STATISTICAL, TIERS, Context, applied_with
 from harness.paths import ROOT, SUITES_DIR
+from harness.records.base import read
+from harness.records.run import Manifest
+from harness.records.verdict import Verdict
+from harness.schema import check, schema_errors
 
 CERT_FILE = "certificate.json"
 HTML_FILE = "certificate.html"
 MFU_METRIC = "perf/mfu"
-TIER_GROUPS = {"exact": ("exact", "band", "statistical"), "band": ("band", "statistical"),
-               "statistical": ("statistical",)}
 RESULT_FILES = (("manifest", "manifest.json"), ("metrics", "metrics.jsonl"), ("verdict", "verdict.json"),
                 ("mlperf-log", "mlperf.log"))  # any other file a run leaves (INCOMPLETE, …) is role "other"
 
@@ -126,10 +129,10 @@ def load_suite_file(path: Path, profile: str | None = None) -> dict[str, Any]:
                                fix="give every entry its own id")
         seen.add(entry["id"])
         ref = baseline_profile(entry)
-        if ref is not None and ref != data["profile"] and entry["numerics"]["tier"] == "exact":
+        if ref is not None and ref != data["profile"] and entry["numerics"]["tier"] == EXACT.name:
             raise HarnessError(f"exact tier against another profile's baseline ({ref})", file=str(path),
                                key_path=f"/entries/{i}/numerics/tier",
-                               fix="use band (or statistical) for a cross-vendor reference")
+                               fix=f"use {BAND.name} (or {STATISTICAL.name}) for a cross-vendor reference")
     return data
 
 
@@ -150,17 +153,18 @@ def baseline_profile(entry: dict[str, Any]) -> str | None:
 
 
 # ----------------------------------------------------------------------------- numerics
-def judge_reference(run_dir: Path, baseline_path: Path, tier: str, *, write: bool) -> Any:
+def judge_reference(run_dir: Path, baseline_path: Path, tier: str, *, write: bool) -> Verdict:
     """A compare Verdict of ``run_dir`` against ``baseline_path`` at ``tier``, across profiles if need be."""
-    from harness.judge.compare import TIER_ORDER, TIERS, VERDICT_FILE, Context, failure_reasons, judge, refusal_reasons
+    from harness.judge.compare import Subject, judge, seal, subject_of, write_verdict
+    from harness.judge.summary import failure_reasons
 
     manifest_path = run_dir / "manifest.json"
     if not manifest_path.is_file():
         raise HarnessError("run directory has no manifest.json (the run did not start)", file=str(run_dir),
                            fix="read the run's output above")
-    manifest = load_json_strict(manifest_path)
+    manifest = read(manifest_path, Manifest, "manifest")
     baseline = load_baseline(baseline_path)
-    same_profile = manifest.get("profile") == baseline["profile"]
+    same_profile = manifest.profile == baseline.profile
     verdict = judge(run_dir, None, baseline_path, tier=tier, write=write and same_profile)
     if same_profile:
         return verdict
@@ -168,27 +172,27 @@ def judge_reference(run_dir: Path, baseline_path: Path, tier: str, *, write: boo
     # loaded); apply the same refusals except the profile, then the suite's tiers.
     reasons = list(verdict.reasons)
     if verdict.status == "refused" and verdict.baseline is not None:
-        reasons = refusal_reasons(manifest, {**baseline, "profile": manifest["profile"]})
-        if tier == "exact":
-            reasons.append(f"exact tier needs a baseline of the run's own profile, not '{baseline['profile']}'")
+        run = subject_of(manifest)
+        reasons = refusal_reasons(Subject(run.recipe_hash, run.architecture, baseline.profile, run.scale), baseline)
+        if tier == EXACT.name:
+            reasons.append(f"{EXACT.name} tier needs a baseline of the run's own profile, not '{baseline.profile}'")
     verdict.reasons = reasons
     if verdict.status == "refused" and verdict.baseline is not None and not reasons:
-        tiers = list(TIER_ORDER[TIER_ORDER.index(tier):])
-        upto = min(manifest["steps"]["completed"], baseline["steps"])
+        tiers = applied_with(TIERS[tier])
+        upto = min(manifest.steps.completed, baseline.steps)
         ctx = Context(load_series(run_dir), baseline, upto)
         verdict.tier, verdict.tiers_applied = tiers[0], tiers
-        verdict.tier_reason = (f"cross-vendor reference recorded on '{baseline['profile']}': {tier} tier set by the "
+        verdict.tier_reason = (f"cross-vendor reference recorded on '{baseline.profile}': {tier} tier set by the "
                                "certification suite (throughput and memory are judged by the suite's floors)")
         verdict.checks = [c for t in tiers for c in TIERS[t](ctx)]
         verdict.reasons = failure_reasons(verdict.checks)
         verdict.status = "fail" if verdict.reasons else "pass"
-        if manifest["steps"]["completed"] != baseline["steps"]:
-            verdict.notices.append(f"compared the first {upto} steps (run {manifest['steps']['completed']}, "
-                                   f"baseline {baseline['steps']})")
+        if manifest.steps.completed != baseline.steps:
+            verdict.notices.append(f"compared the first {upto} steps (run {manifest.steps.completed}, "
+                                   f"baseline {baseline.steps})")
+        seal(verdict)
     if write:
-        doc = verdict.to_dict()
-        check(doc, "verdict", str(run_dir / VERDICT_FILE))
-        write_json_atomic(run_dir / VERDICT_FILE, doc)
+        write_verdict(run_dir, verdict)
     return verdict
 
 
@@ -221,7 +225,7 @@ def numerics_check(entry: dict[str, Any], run_dir: Path, run: str, baseline_path
     if v.status in ("refused", "no-baseline"):
         return _check(entry, "numerics", run, None, 0, "<=", "failed checks",
                       f"{v.status}: {'; '.join(v.reasons or v.notices)}")
-    groups = TIER_GROUPS[v.tier]
+    groups = applied_with(TIERS[v.tier]) if v.tier else []
     gated = [c for c in v.checks if c.group in groups]
     bad = [c for c in gated if not c.passed]
     detail = (f"tier {v.tier} ({', '.join(v.tiers_applied)}) vs {entry['numerics']['reference_baseline']}: "
@@ -237,20 +241,20 @@ def numerics_check(entry: dict[str, Any], run_dir: Path, run: str, baseline_path
 # ----------------------------------------------------------------------------- performance
 def _steady_quantile(series: dict[str, dict[int, float]], metric: str) -> tuple[float | None, int, str]:
     """The policy's quantile over the steady steps with uncontended CPUs, their count, and what was left out."""
-    pol = DEFAULT_POLICY["throughput"]
-    speed = steady_speed(series, metric, pol["warmup_steps"])
+    pol = DEFAULT_POLICY.throughput
+    speed = steady_speed(series, metric, pol.warmup_steps)
     if not speed.judgeable:  # a busy machine: every step counts (a lower bound); a miss says to re-run idle
         vals, note = speed.all_values, (f"; measured while {speed.why_not()} (a lower bound: if below the floor, re-run on an "
                                     "idle machine)")
     else:
         vals = speed.values
         note = f" ({speed.left_out} contended steps left out)" if speed.left_out else ""
-    return (quantile(vals, pol["quantile"]) if vals else None), len(vals), note
+    return (quantile(vals, pol.quantile) if vals else None), len(vals), note
 
 
 def _qname() -> str:
-    pol = DEFAULT_POLICY["throughput"]
-    return f"p{pol['quantile'] * 100:.0f} over steady steps (first {pol['warmup_steps']} skipped)"
+    pol = DEFAULT_POLICY.throughput
+    return f"p{pol.quantile * 100:.0f} over steady steps (first {pol.warmup_steps} skipped)"
 
 
 def perf_checks(entry: dict[str, Any], profile: dict[str, Any], series: dict[str, dict[int, float]],
@@ -277,7 +281,7 @@ def perf_checks(entry: dict[str, Any], profile: dict[str, Any], series: dict[str
 
 
 def determinism_check(entry: dict[str, Any], run_dirs: list[Path], runs: list[str]) -> dict[str, Any]:
-    from harness.judge.compare import bitwise_equal
+    from harness.judge.tiers import bitwise_equal
 
     manifests = []
     for d, r in zip(run_dirs, runs):

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.judge.candidates import differs, read_finished
+from harness.records.baseline import Baseline
+from harness.records.run import Manifest
 
 PROBE_DIR = "replay-probe"
 
@@ -31,14 +32,14 @@ def probe_dir(run_dir: Path) -> Path:
     return Path(run_dir) / PROBE_DIR
 
 
-def probe_steps(baseline: dict[str, Any]) -> int:
+def probe_steps(baseline: Baseline) -> int:
     """How many steps a probe replays: the replay tier's gated horizon (later steps are not gated)."""
-    return min(int(baseline["steps"]), int(baseline["policy"]["replay"]["horizon_steps"]))
+    return min(baseline.steps, baseline.policy.replay.horizon_steps)
 
 
-def unavailable(baseline: dict[str, Any], runtime: str | None) -> str:
+def unavailable(baseline: Baseline, runtime: str | None) -> str:
     """Why a run judged against ``baseline`` gets no probe ('' when it can have one)."""
-    if not baseline.get("replay"):
+    if not baseline.replay:
         return "the baseline has no recorded rollouts (re-record it to add them)"
     if runtime not in (None, "local"):
         return f"the run ran with the {runtime} runtime, and a replay runs locally"
@@ -57,11 +58,11 @@ class Wanted:
 @dataclass(frozen=True)
 class Probe:
     dir: Path | None  # the probe run, None when there is none to use
-    manifest: dict[str, Any] | None
+    manifest: Manifest | None
     notices: list[str]
 
 
-def find(run_dir: Path, primary: dict[str, Any], baseline_sha256: str) -> Probe:
+def find(run_dir: Path, primary: Manifest, baseline_sha256: str) -> Probe:
     """The finished probe of this run (same recipe, profile, scale, overrides but the seed, and fault; a replay
     of the baseline with this SHA-256) in ``run_dir/replay-probe/``; anything else there is left out with a
     notice saying why."""
@@ -70,9 +71,9 @@ def find(run_dir: Path, primary: dict[str, Any], baseline_sha256: str) -> Probe:
         return Probe(None, None, [])
     manifest, why = read_finished(entry)
     if manifest is not None:
-        replayed = manifest.get("replay") or {}
+        replayed = manifest.replay
         why = ("not a replay of the baseline's rollouts" if not replayed
-               else "replayed another baseline" if replayed["baseline_sha256"] != baseline_sha256
+               else "replayed another baseline" if replayed.baseline_sha256 != baseline_sha256
                else differs(primary, manifest))
     if why:
         return Probe(None, None, [f"replay probe {entry} left out: {why}"])

@@ -15,8 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.jsonio import load_json_strict, write_bytes_atomic, write_text_atomic
-from harness.judge.baseline import load_series
+from harness.judge.baseline import load_baseline, load_series
 from harness.judge.pages import render
+from harness.judge.tiers import BAND, GROUPS, THROUGHPUT
+from harness.records.base import dump
+from harness.records.baseline import Baseline
+from harness.records.gate import Gate
+from harness.records.verdict import Verdict
 
 CURVES = [  # (file stem, title, metrics: first is the main one)
     ("reward", "Reward (train score / validation)", ["critic/score/mean", "val-core/*"]),
@@ -26,7 +31,6 @@ CURVES = [  # (file stem, title, metrics: first is the main one)
     ("grad-norm", "Gradient norm", ["actor/grad_norm"]),
     ("throughput", "Throughput (tokens/s)", ["perf/throughput"]),
 ]
-GROUPS = ("exact", "band", "statistical", "throughput", "memory")
 COLOURS = ["#1f4e9c", "#2a9d8f", "#e76f51", "#6a4c93"]
 
 # ----------------------------------------------------------------------------- curves
@@ -37,7 +41,7 @@ def _expand(pattern: str, names: list[str]) -> list[str]:
 
 
 def _band(spec: dict[str, Any], policy: dict[str, Any]) -> list[float]:
-    pol = policy["band"]
+    pol = policy[BAND.name]
     stds, w = spec["noise_std"], pol["noise_window"]
     out = []
     for i, v in enumerate(spec["values"]):
@@ -75,7 +79,7 @@ def plot_curves(out_dir: Path, run: dict[str, dict[int, float]], baseline: dict[
                     if pts:
                         ax.plot(*zip(*pts), color=colour, lw=0.6, alpha=0.45)
                 ref = [spec["values"][i] for i in keep]
-                if baseline and "band" in spec["tiers"]:
+                if baseline and BAND.name in spec["tiers"]:
                     tol = _band(spec, baseline["policy"])
                     ax.fill_between(ks, [ref[j] - tol[i] for j, i in enumerate(keep)],
                                     [ref[j] + tol[i] for j, i in enumerate(keep)], color=colour, alpha=0.13, lw=0)
@@ -106,7 +110,7 @@ def plot_curves(out_dir: Path, run: dict[str, dict[int, float]], baseline: dict[
 
             handles += [Line2D([], [], color="#444", ls="--", lw=1.2), Patch(color="#444", alpha=0.15),
                         Line2D([], [], color="#444", lw=0.6, alpha=0.6)]
-            labels += ["baseline (primary seed)", "band", "noise seeds"]
+            labels += ["baseline (primary seed)", BAND.name, "noise seeds"]
         ax.legend(handles, labels, fontsize=7, loc="best", framealpha=0.8)
         fig.tight_layout()
         fname = f"curves-{stem}.png"
@@ -119,80 +123,78 @@ def plot_curves(out_dir: Path, run: dict[str, dict[int, float]], baseline: dict[
 
 
 # ----------------------------------------------------------------------------- run report
-def _verdict_dict(verdict: Any) -> dict[str, Any]:
-    return verdict if isinstance(verdict, dict) else verdict.to_dict()
-
-
-def _load_baseline_quiet(v: dict[str, Any]) -> dict[str, Any] | None:
-    path = (v.get("baseline") or {}).get("path")
+def _load_baseline_quiet(v: Verdict) -> Baseline | None:
+    path = v.baseline.path if v.baseline else None
     if not path or not Path(path).is_file():
         return None
     try:
-        return load_json_strict(path)
+        return load_baseline(Path(path))
     except Exception:  # noqa: BLE001 - the report still renders without the baseline's curves
         return None
 
 
-def render_run_report(run_dir: Path, verdict: Any, *, series: dict[str, dict[int, float]] | None = None,
+def render_run_report(run_dir: Path, v: Verdict, *, series: dict[str, dict[int, float]] | None = None,
                       manifest: Any = None) -> str:
     """The page of a run directory, or (``series`` and ``manifest`` given: another trainer's log, judged in
     memory) of those written into ``run_dir``."""
     run_dir = Path(run_dir)
-    v = _verdict_dict(verdict)
     if manifest is None and (run_dir / "manifest.json").is_file():
         try:
             manifest = load_json_strict(run_dir / "manifest.json")
         except Exception as err:  # noqa: BLE001 - shown instead of the manifest
             manifest = {"unreadable": str(err)}
     # a refused comparison shows the run alone: the baseline's band would suggest a comparison that was not made
-    baseline = _load_baseline_quiet(v) if v["status"] in ("pass", "fail") else None
+    baseline = _load_baseline_quiet(v) if v.status in ("pass", "fail") else None
     run = load_series(run_dir) if series is None else series
     # the verdict's own throughput check: its reference (scaled to this machine's calibration) and floor
-    tp_check = next((c for c in v.get("checks", []) if c.get("group") == "throughput"), None)
-    curves = plot_curves(run_dir, run, baseline, (v.get("baseline") or {}).get("steps_compared"), tp_check)
-    r, b = v["run"], v.get("baseline") or {}
-    facts = [("recipe", r.get("recipe")), ("profile : scale", f"{r.get('profile')} : {r.get('scale')}"),
-             ("seed", r.get("seed")), ("run status", r.get("status")), ("steps", r.get("steps_completed")),
-             ("tier", f"{v.get('tier') or '—'}  ({v.get('tier_reason') or 'n/a'})"),
-             ("tiers applied", ", ".join(v.get("tiers_applied") or []) or "—"),
-             ("baseline", f"{b.get('path', '—')}  (seeds {b.get('primary_seed', '—')} + "
-                          f"{b.get('noise_seeds', [])}, {b.get('steps', '—')} steps)" if b else "none"),
-             ("overrides", ", ".join(f"{o['key']}={o['value']}" for o in v.get("overrides") or []) or "none"),
-             ("fault injection", json.dumps(v.get("fault_injection")) if v.get("fault_injection") else "none"),
-             ("judged", v.get("created_utc"))]
+    tp_check = next((c for c in v.checks if c.group == THROUGHPUT), None)
+    curves = plot_curves(run_dir, run, dump(baseline) if baseline else None,
+                         v.baseline.steps_compared if v.baseline else None,
+                         dump(tp_check) if tp_check else None)
+    r, b = v.run, v.baseline
+    facts = [("recipe", r.recipe), ("profile : scale", f"{r.profile} : {r.scale}"),
+             ("seed", r.seed), ("run status", r.status), ("steps", r.steps_completed),
+             ("tier", f"{v.tier or '—'}  ({v.tier_reason or 'n/a'})"),
+             ("tiers applied", ", ".join(v.tiers_applied) or "—"),
+             ("baseline", f"{b.path}  (seeds {b.primary_seed} + {b.noise_seeds}, {b.steps} steps)" if b else "none"),
+             ("overrides", ", ".join(f"{o.key}={o.value}" for o in v.overrides) or "none"),
+             ("fault injection", json.dumps(dump(v.fault_injection)) if v.fault_injection else "none"),
+             ("judged", v.created_utc)]
     order = {g: i for i, g in enumerate(GROUPS)}
-    checks = sorted(v.get("checks") or [], key=lambda c: (c["passed"], order.get(c["group"], 9), c["metric"]))
-    changes = [f"{c['key']}: {c['baseline']} -> {c['run']}" + (" (rules out exact)" if c["blocks_exact"] else "")
-               for c in v.get("changes") or []]
-    return render("run.html.j2", title=f"{r.get('recipe')} {v['status']}", v=v, run=r, facts=facts,
-                  summary_line=v.get("summary_line", ""), reasons=v.get("reasons") or [],
-                  notices=v.get("notices") or [],
-                  counts=v.get("counts") or {}, changes=changes, curves=curves, checks=checks,
-                  crosscheck=v.get("crosscheck") or [],
+    checks = sorted(v.checks, key=lambda c: (c.passed, order.get(c.group, len(order)), c.metric))
+    changes = [f"{c.key}: {c.baseline} -> {c.run}" + (" (rules out exact)" if c.blocks_exact else "")
+               for c in v.changes]
+    return render("run.html.j2", title=f"{r.recipe} {v.status}", v=v, run=r, facts=facts,
+                  summary_line=v.summary_line, reasons=v.reasons, notices=v.notices,
+                  counts=v.counts, changes=changes, curves=curves, checks=checks,
+                  crosscheck=v.crosscheck or [],
                   manifest=None if manifest is None else json.dumps(manifest, indent=2))
 
 
-def write_run_report(run_dir: Path, verdict: Any, **given: Any) -> Path:
+def write_run_report(run_dir: Path, verdict: Verdict, **given: Any) -> Path:
     path = Path(run_dir) / "report.html"
     write_text_atomic(path, render_run_report(Path(run_dir), verdict, **given))
     return path
 
 
 # ----------------------------------------------------------------------------- gate report
-def write_gate_report(out_dir: Path, results: list[dict[str, Any]]) -> Path:
-    """``results``: one dict per recipe with recipe, status, summary_line, run_dir (may be None), checks."""
+def write_gate_report(out_dir: Path, gate: Gate) -> Path:
+    """``out_dir/report.html``: one row per recipe, its check groups' counts, a link to its run's page."""
     out_dir = Path(out_dir)
-    rows = []
-    for res in results:
+    rows, counted = [], []
+    for e in gate.entries:
         link = None
-        if res.get("run_dir") and (Path(res["run_dir"]) / "report.html").is_file():
-            run_dir = Path(res["run_dir"]).resolve()
+        if e.run_dir and (Path(e.run_dir) / "report.html").is_file():
+            run_dir = Path(e.run_dir).resolve()
             rel = run_dir.relative_to(out_dir.resolve()) if run_dir.is_relative_to(out_dir.resolve()) else run_dir
             link = (rel / "report.html").as_posix()
-        rows.append({"recipe": res["recipe"], "status": res["status"], "tier": res.get("tier"),
-                     "counts": res.get("counts") or {}, "summary_line": res.get("summary_line", ""), "link": link})
-    page = render("gate.html.j2", title="gate", results=rows, groups=GROUPS,
-                  passed=sum(r["status"] == "pass" for r in results))
+        per = {g: {"checks": n, "failed": bad} for g, (n, bad) in e.counts().items()}
+        counted.append(per)
+        rows.append({"recipe": e.recipe, "status": e.status, "tier": e.verdict.tier if e.verdict else None,
+                     "counts": per, "summary_line": e.summary_line, "link": link})
+    groups = [g for g in GROUPS if any(g in per for per in counted)]
+    page = render("gate.html.j2", title="gate", results=rows, groups=groups,
+                  passed=sum(e.status == "pass" for e in gate.entries))
     path = out_dir / "report.html"
     write_text_atomic(path, page)
     return path

@@ -31,33 +31,23 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from harness.judge import stats
-from harness.judge.baseline import metric_tiers, quantile, stat_spec, statistical_window, steady_speed, window_mean
+from harness.judge.series import (
+    BAND_EXCLUDED_PREFIXES,
+    BAND_EXCLUDED_SUFFIXES,
+    REPLAY_EXCLUDED_PREFIXES,
+    is_timing,
+    quantile,
+    stat_spec,
+    statistical_window,
+    steady_speed,
+    window_mean,
+)
+from harness.records.baseline import Baseline, Environment, ThroughputRef
+from harness.records.verdict import Check, CrossCheck
 from harness.registry import Registry
-
-
-@dataclass
-class Check:
-    group: str
-    metric: str
-    step: int | None
-    run_value: float | None
-    ref_value: float | None
-    tolerance: float | None
-    passed: bool
-    steps_compared: int = 0
-    failing_steps: list[int] = field(default_factory=list)
-    detail: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for key in ("run_value", "ref_value", "tolerance"):
-            if d[key] is not None and not math.isfinite(d[key]):
-                d[key] = None  # JSON has no NaN; the detail keeps the text
-        return d
 
 
 @dataclass
@@ -65,9 +55,9 @@ class Context:
     """What a tier needs: the run's series, the baseline, the compared steps and the run's environment."""
 
     run: dict[str, dict[int, float]]
-    baseline: dict[str, Any]
+    baseline: Baseline
     upto: int
-    run_env: dict[str, Any] | None = None
+    run_env: Environment | None = None
     dtype: str = "float32"  # the run's model dtype
     baseline_dtype: str = "float32"
     run_speed: float | None = None  # the run's machine speed index (manifest calibration)
@@ -75,19 +65,87 @@ class Context:
 
     def ref_steps(self, name: str) -> list[tuple[int, float, float, list[float | None]]]:
         """(step, ref value, noise std, noise values) for the compared steps of a baseline metric."""
-        m = self.baseline["metrics"][name]
-        return [(k, v, n, [row[i] for row in m["noise_values"]])
-                for i, (k, v, n) in enumerate(zip(m["steps"], m["values"], m["noise_std"])) if k <= self.upto]
+        m = self.baseline.metrics[name]
+        return [(k, v, n, [row[i] for row in m.noise_values])
+                for i, (k, v, n) in enumerate(zip(m.steps, m.values, m.noise_std)) if k <= self.upto]
 
 
 TierFn = Callable[[Context], list[Check]]
-TIERS: Registry[TierFn] = Registry("tier", key_path="--tier")
-TIER_ORDER = ("exact", "replay", "band", "statistical")  # strictest first
 
 
-def tier(name: str) -> Callable[[TierFn], TierFn]:
-    """Decorator: register a tier's checks under ``name`` (a name twice is a ValueError)."""
-    return TIERS.register(name)
+@dataclass(frozen=True)
+class Tier:
+    """A registered tier: its checks, the metrics it gates, and how the summary line says a metric passed."""
+
+    name: str
+    checks: TierFn
+    gates: Callable[[str], bool]  # which metrics it gates (each baseline metric records its tiers)
+    passes: str  # "<n>/<m> gated metrics <passes>"
+    needs_replay: bool = False  # judged only on a run that trained on the baseline's recorded rollouts
+    per_step: bool = True  # its checks name the steps that failed
+
+    def __call__(self, ctx: Context) -> list[Check]:
+        return self.checks(ctx)
+
+
+# The registries: tiers (strictest first: the order they are registered in) and every check group a verdict or
+# a gate may hold (the tiers, then the whole-run checks, then the gate's own). The CLI's --tier choices, the
+# summary line, the report, the gate's JUnit and Markdown and the certificate's groups all come from here.
+TIERS: Registry[Tier] = Registry("tier", key_path="--tier")
+GROUPS: Registry[str] = Registry("check group")  # name -> kind: "tier", "whole-run" or "gate"
+
+
+def tier(name: str, *, gates: Callable[[str], bool], passes: str, needs_replay: bool = False,
+         per_step: bool = True) -> Callable[[TierFn], Tier]:
+    """Decorator: register a tier's checks under ``name`` (a name twice is a ValueError); it becomes a
+    :class:`Tier`."""
+    def deco(fn: TierFn) -> Tier:
+        t = Tier(name, fn, gates, passes, needs_replay, per_step)
+        GROUPS.register(name)("tier")
+        return TIERS.register(name)(t)
+    return deco
+
+
+def check_group(name: str, kind: str) -> str:
+    """Register a check group that is not a tier (``kind``: "whole-run" or "gate"); returns its name."""
+    GROUPS.register(name)(kind)
+    return name
+
+
+def tier_names() -> list[str]:
+    return list(TIERS)
+
+
+def check_group_names() -> list[str]:
+    return list(GROUPS)
+
+
+def certifiable_tier_names() -> list[str]:
+    """Tiers a certification suite may ask for: a certificate judges free runs, never a replay."""
+    return [t.name for t in TIERS.values() if not t.needs_replay]
+
+
+def applied_with(t: Tier) -> list[str]:
+    """The tiers whose checks run when ``t`` decides: ``t`` and every looser one (a replay tier alone: the other
+    tiers judge free runs)."""
+    if t.needs_replay:
+        return [t.name]
+    order = list(TIERS.values())
+    return [x.name for x in order[order.index(t):] if not x.needs_replay]
+
+
+def metric_tiers(name: str) -> list[str]:
+    """Tiers a metric is gated in (recorded into each baseline metric): every non-timing metric is exact; most
+    are replayed and banded too."""
+    return [] if is_timing(name) else [t.name for t in TIERS.values() if t.gates(name)]
+
+
+def make_check(group: str, metric: str, step: int | None, run_value: float | None, ref_value: float | None,
+               tolerance: float | None, passed: bool, steps_compared: int = 0, failing_steps: list[int] | None = None,
+               detail: str = "") -> Check:
+    return Check(group=group, metric=metric, step=step, run_value=run_value, ref_value=ref_value,
+                 tolerance=tolerance, passed=passed, steps_compared=steps_compared,
+                 failing_steps=failing_steps or [], detail=detail)
 
 
 def fmt(x: float | None) -> str:
@@ -104,14 +162,13 @@ def bitwise_equal(a: float | None, b: float | None) -> bool:
     return a.hex() == b.hex() or (math.isnan(a) and math.isnan(b))
 
 
-def gated(ctx: Context, tier_name: str) -> list[str]:
-    return sorted(n for n, m in ctx.baseline["metrics"].items() if tier_name in m["tiers"])
+def gated(ctx: Context, t: Tier) -> list[str]:
+    return sorted(n for n, m in ctx.baseline.metrics.items() if t.name in m.tiers)
 
 
-@tier("exact")
-def exact_tier(ctx: Context) -> list[Check]:
+def _exact(ctx: Context) -> list[Check]:
     out = []
-    for name in gated(ctx, "exact"):
+    for name in gated(ctx, EXACT):
         run = ctx.run.get(name, {})
         rows = ctx.ref_steps(name)
         bad = [k for k, v, _, _ in rows if not bitwise_equal(run.get(k), v)]
@@ -121,11 +178,15 @@ def exact_tier(ctx: Context) -> list[Check]:
         detail = ("bitwise equal" if not bad else
                   f"first difference at step {k0}: {_full(run_at)} vs {_full(ref_at)}"
                   f" ({len(bad)}/{len(rows)} steps differ)")
-        out.append(Check("exact", name, k0, run_at, ref_at, 0.0, not bad, len(rows), bad, detail))
+        out.append(make_check(EXACT.name, name, k0, run_at, ref_at, 0.0, not bad, len(rows), bad, detail))
     return out
 
 
-def _per_step(ctx: Context, group: str, name: str, tol_at: Callable[[int, float], float], allowed: int) -> Check:
+EXACT = tier("exact", gates=lambda name: True, passes="equal")(_exact)
+
+
+def _per_step(ctx: Context, group: str, name: str, tol_at: Callable[[int, float], float], allowed: int,
+              note: str = "") -> Check:
     """Per-step deviation check of one metric: the worst step and every step outside its tolerance."""
     run = ctx.run.get(name, {})
     rows = ctx.ref_steps(name)
@@ -149,25 +210,11 @@ def _per_step(ctx: Context, group: str, name: str, tol_at: Callable[[int, float]
     k_report = bad[0] if bad else k_worst
     r_report = run.get(bad[0]) if bad else r_worst
     v_report = dict((kk, vv) for kk, vv, _, _ in rows).get(bad[0]) if bad else v_worst
-    return Check(group, name, k_report, r_report, v_report, tol_worst, ok, len(rows), bad, detail)
+    return make_check(group, name, k_report, r_report, v_report, tol_worst, ok, len(rows), bad, detail + note)
 
 
 def noise_floor(stds: list[float], i: int, window: int) -> float:
     return max(stds[max(0, i - window): i + window + 1], default=0.0)
-
-
-@tier("band")
-def band_tier(ctx: Context) -> list[Check]:
-    pol = ctx.baseline["policy"]["band"]
-    out = []
-    for name in gated(ctx, "band"):
-        spec = ctx.baseline["metrics"][name]
-        rtol, atol = spec.get("rtol", pol["rtol"]), spec.get("atol", pol["atol"])
-        stds = [n for _, _, n, _ in ctx.ref_steps(name)]
-        allowed = pol["failures_per_50_steps"] * math.ceil(len(stds) / 50)
-        out.append(_per_step(ctx, "band", name, lambda i, v: max(atol, rtol * abs(v), pol["k_noise"] * noise_floor(
-            stds, i, pol["noise_window"])), allowed))
-    return out
 
 
 # The fp64 replay's distance grows in jumps: a ratio crossing a clip boundary or a near-tie flipping
@@ -183,56 +230,81 @@ EVENT_LEAD = 2
 def replay_tolerances(ctx: Context, name: str) -> tuple[Callable[[int, float], float], int]:
     """Per-step replay tolerance of one metric (see the module docstring), and how many of the compared
     steps it is tighter than the metric's own RMS (the steps on which the replay can still tell)."""
-    pol, rep = ctx.baseline["policy"]["replay"], ctx.baseline["replay"]
+    pol, rep = ctx.baseline.policy.replay, ctx.baseline.replay
     rows = ctx.ref_steps(name)
-    noise = [x if x is not None else 0.0 for x in rep["noise"].get(name, [])]
+    noise = [x if x is not None else 0.0 for x in (rep.noise.get(name, []) if rep else [])]
     # running maximum up to EVENT_LEAD steps ahead: see EVENT_LEAD
     envelope = [max(noise[:i + 1 + EVENT_LEAD], default=0.0) for i in range(len(rows))]
     vals = [v for _, v, _, _ in rows if math.isfinite(v)]
     rms = math.sqrt(math.fsum(v * v for v in vals) / len(vals)) if vals else 0.0
-    u = pol["unit_roundoff"]
+    u = pol.unit_roundoff
     coarser = max(1.0, u.get(ctx.dtype, max(u.values())) / u.get(ctx.baseline_dtype, u["float32"]))
-    atol = pol["atol"].get(name, pol["atol"].get("*", 0.0)) * (pol["coarse_atol_factor"] if coarser > 1 else 1.0)
-    tol = [max(pol["k_noise"] * coarser * e, pol["rtol_floor"] * coarser * rms, atol) for e in envelope]
+    atol = pol.atol.get(name, pol.atol.get("*", 0.0)) * (pol.coarse_atol_factor if coarser > 1 else 1.0)
+    tol = [max(pol.k_noise * coarser * e, pol.rtol_floor * coarser * rms, atol) for e in envelope]
     return (lambda i, v: tol[i]), sum(t < rms for t in tol)
 
 
-@tier("replay")
-def replay_tier(ctx: Context) -> list[Check]:
-    rep = ctx.baseline.get("replay")
+def _replay(ctx: Context) -> list[Check]:
+    rep = ctx.baseline.replay
     if not rep:
         return []
-    horizon = min(ctx.upto, ctx.baseline["policy"]["replay"]["horizon_steps"])
+    horizon = min(ctx.upto, ctx.baseline.policy.replay.horizon_steps)
     within = Context(ctx.run, ctx.baseline, horizon, ctx.run_env, ctx.dtype, ctx.baseline_dtype)
     out = []
-    for name in rep["metrics"]:
-        if name not in ctx.baseline["metrics"]:
+    for name in rep.metrics:
+        if name not in ctx.baseline.metrics:
             continue
         tol, telling = replay_tolerances(within, name)
-        check = _per_step(within, "replay", name, tol, 0)
-        check.detail += (f"; the first {horizon} steps gated (later ones diverge chaotically even teacher-forced); "
-                         f"tolerance below the metric's RMS on {telling} of them")
-        out.append(check)
+        out.append(_per_step(within, REPLAY.name, name, tol, 0,
+                             f"; the first {horizon} steps gated (later ones diverge chaotically even "
+                             f"teacher-forced); tolerance below the metric's RMS on {telling} of them"))
     return out
 
 
-@tier("statistical")
-def statistical_tier(ctx: Context) -> list[Check]:
+REPLAY = tier("replay", gates=lambda name: not name.startswith(REPLAY_EXCLUDED_PREFIXES),
+              passes="within replay tolerance", needs_replay=True)(_replay)
+
+
+def _band(ctx: Context) -> list[Check]:
+    pol = ctx.baseline.policy.band
+    out = []
+    for name in gated(ctx, BAND):
+        spec = ctx.baseline.metrics[name]
+        rtol = pol.rtol if spec.rtol is None else spec.rtol
+        atol = pol.atol if spec.atol is None else spec.atol
+        stds = [n for _, _, n, _ in ctx.ref_steps(name)]
+        allowed = pol.failures_per_50_steps * math.ceil(len(stds) / 50)
+        out.append(_per_step(ctx, BAND.name, name, lambda i, v: max(atol, rtol * abs(v), pol.k_noise * noise_floor(
+            stds, i, pol.noise_window)), allowed))
+    return out
+
+
+BAND = tier("band", gates=lambda name: not (name.endswith(BAND_EXCLUDED_SUFFIXES)
+                                            or name.startswith(BAND_EXCLUDED_PREFIXES)),
+            passes="within band")(_band)
+
+
+def seed_series(ctx: Context, name: str) -> list[dict[int, float]]:
+    """Every recorded seed's series of a baseline metric: the primary seed's, then the noise seeds'."""
+    spec = ctx.baseline.metrics[name]
+    out = [dict(zip(spec.steps, spec.values))]
+    out += [{k: v for k, v in zip(spec.steps, row) if v is not None} for row in spec.noise_values]
+    return out
+
+
+def _statistical(ctx: Context) -> list[Check]:
     """Late-window means against the seeds' (:mod:`harness.judge.stats`); with candidate runs
     (:mod:`harness.judge.candidates`) the median of the run's and theirs, held to the same bound. Which metrics are tested, which way
     and on which scale is this code's rule (:func:`stat_spec`), not the baseline's: a baseline recorded under an
     older rule is judged by the current one; it only supplies the seeds' series."""
-    pol = ctx.baseline["policy"]["statistical"]
-    w = statistical_window(pol, ctx.upto)
-    specs = {n: s for n in gated(ctx, "statistical") if (s := stat_spec(n)) is not None}
+    pol = ctx.baseline.policy.statistical
+    w = statistical_window(pol.window_fraction, ctx.upto)
+    specs = {n: s for n in gated(ctx, STATISTICAL) if (s := stat_spec(n)) is not None}
     names = list(specs)
     out = []
     for name in names:
         direction, transform, floor = specs[name]
-        spec = ctx.baseline["metrics"][name]
-        ref_series = [dict(zip(spec["steps"], spec["values"]))]
-        ref_series += [{k: v for k, v in zip(spec["steps"], row) if v is not None} for row in spec["noise_values"]]
-        raw = [m for m in (window_mean(s, ctx.upto, w) for s in ref_series) if m is not None]
+        raw = [m for m in (window_mean(s, ctx.upto, w) for s in seed_series(ctx, name)) if m is not None]
         if not raw:
             continue
         runs = [_run_window_mean(series.get(name, {}), ctx.upto, w) for series in [ctx.run, *ctx.candidates]]
@@ -241,10 +313,10 @@ def statistical_tier(ctx: Context) -> list[Check]:
         tf = stats.TRANSFORMS[scale]
         seed_means = [tf(m) for m in raw]
         x = _median_of_runs([None if v is None else tf(v) for v in runs], direction)
-        alpha = stats.per_test_alpha(pol["alpha"], len(names), direction)
+        alpha = stats.per_test_alpha(pol.alpha, len(names), direction)
         # the median of K runs is held to the bound of one run (not narrowed as for a normal median: the reward's
         # lower tail is heavier, and narrowing gave back the false alarms the median removes, baselines/README.md)
-        bound = stats.prediction_bound(seed_means, alpha, pol["practical_floor"] if floor is None else floor)
+        bound = stats.prediction_bound(seed_means, alpha, pol.practical_floor if floor is None else floor)
         short = stats.shortfall(x, bound.centre, direction) if x is not None else math.inf
         ok = short <= bound.allowed
         on = "" if scale == "identity" else f" ({scale} scale)"
@@ -256,33 +328,38 @@ def statistical_tier(ctx: Context) -> list[Check]:
                   f"alpha {alpha:.3g}); "
                   f"{'no value' if x is None else ('off by ' + fmt(short) if short > 0 else 'not worse')} "
                   f"(allowed {fmt(bound.allowed)})")
-        out.append(Check("statistical", name, ctx.upto, x, bound.centre, bound.allowed, ok, len(seed_means),
-                         [] if ok else [ctx.upto], detail))
+        out.append(make_check(STATISTICAL.name, name, ctx.upto, x, bound.centre, bound.allowed, ok, len(seed_means),
+                              [] if ok else [ctx.upto], detail))
     return out
 
 
-def crosscheck(ctx: Context) -> list[dict[str, Any]]:
+STATISTICAL = tier("statistical", gates=lambda name: stat_spec(name) is not None, passes="not worse",
+                   per_step=False)(_statistical)
+THROUGHPUT = check_group("throughput", "whole-run")
+MEMORY = check_group("memory", "whole-run")
+CKPT_RESUME = check_group("ckpt-resume", "gate")  # the gate's N straight vs N/2 + resume N/2, bitwise
+TIER_ORDER = tuple(TIERS)  # strictest first
+
+
+def crosscheck(ctx: Context) -> list[CrossCheck]:
     """Per metric of the band tier: the run's late-window mean against the seeds' (two-sided t, Bonferroni over
     the metrics at the statistical policy's alpha); ``beyond`` where it lies outside the seeds' spread."""
-    pol = ctx.baseline["policy"]["statistical"]
-    w = statistical_window(pol, ctx.upto)
-    names = sorted(n for n, m in ctx.baseline["metrics"].items() if "band" in m["tiers"] and n in ctx.run)
+    pol = ctx.baseline.policy.statistical
+    w = statistical_window(pol.window_fraction, ctx.upto)
+    names = [n for n in gated(ctx, BAND) if n in ctx.run]
     rows = []
     for name in names:
-        spec = ctx.baseline["metrics"][name]
-        seeds = [dict(zip(spec["steps"], spec["values"]))]
-        seeds += [{k: x for k, x in zip(spec["steps"], row) if x is not None} for row in spec["noise_values"]]
-        refs = [m for s in seeds if (m := window_mean({k: x for k, x in s.items() if k <= ctx.upto}, ctx.upto, w))
-                is not None]
+        refs = [m for s in seed_series(ctx, name)
+                if (m := window_mean({k: x for k, x in s.items() if k <= ctx.upto}, ctx.upto, w)) is not None]
         x = _run_window_mean(ctx.run[name], ctx.upto, w)
         if x is None or len(refs) < 2:
             continue
         centre, sd, n = stats.reference_stats(refs)
         t = stats.t_statistic(x, refs)
-        crit = stats.t_critical(pol["alpha"] / (2 * len(names)), max(1, n - 1))
-        rows.append({"metric": name, "run_value": x, "centre": centre, "sd": sd, "seeds_min": min(refs),
-                     "seeds_max": max(refs), "n": len(refs), "t": t if math.isfinite(t) else None,
-                     "bound": crit, "beyond": not abs(t) <= crit, "window": w})
+        crit = stats.t_critical(pol.alpha / (2 * len(names)), max(1, n - 1))
+        rows.append(CrossCheck(metric=name, run_value=x, centre=centre, sd=sd, seeds_min=min(refs),
+                               seeds_max=max(refs), n=len(refs), t=t if math.isfinite(t) else None, bound=crit,
+                               beyond=not abs(t) <= crit, window=w))
     return rows
 
 
@@ -304,16 +381,16 @@ def _median_of_runs(values: list[float | None], direction: str) -> float | None:
     return m if math.isfinite(m) else None
 
 
-def throughput_reference(baseline: dict[str, Any], run_env: dict[str, Any] | None) -> tuple[dict | None, str]:
+def throughput_reference(baseline: Baseline, run_env: Environment | None) -> tuple[ThroughputRef | None, str]:
     """The throughput reference recorded on this device model with this thread count, or why none fits."""
-    refs = baseline["throughput"]["references"]
+    refs = baseline.throughput.references
     if run_env is None:
         return (refs[0] if refs else None), ""
-    model, threads = run_env["machine"]["device_model"], run_env["software"]["threads"]
+    model, threads = run_env.machine.device_model, run_env.software.threads
     for ref in refs:
-        if ref["device_model"] == model and ref["threads"] == threads:
+        if ref.device_model == model and ref.threads == threads:
             return ref, ""
-    have = "; ".join(f"{r['device_model']} ({r['threads']} threads)" for r in refs) or "none recorded"
+    have = "; ".join(f"{r.device_model} ({r.threads} threads)" for r in refs) or "none recorded"
     return None, (f"throughput not comparable: {model} ({threads} threads) vs {have} — add this machine's with "
                   "`harness record-baseline … --throughput-only`")
 
@@ -327,39 +404,37 @@ def throughput_reference(baseline: dict[str, Any], run_env: dict[str, Any] | Non
 MIN_SPEED_SCALE = 0.7
 
 
-def speed_scale(ctx: Context, ref: dict[str, Any]) -> float | None:
+def speed_scale(ctx: Context, ref: ThroughputRef) -> float | None:
     """Run speed / reference speed (machine calibration), when both were measured with the same torch.
 
     Another torch could speed the calibration and the engine differently, so it is then not used.
     """
-    ref_speed, env = ref.get("speed_index"), ctx.run_env
-    if not ref_speed or not ctx.run_speed or env is None:
+    env, ref_env = ctx.run_env, ctx.baseline.environment
+    if not ref.speed_index or not ctx.run_speed or env is None or ref_env is None \
+            or env.software.torch != ref_env.software.torch:
         return None
-    if ctx.baseline["environment"] is None or \
-            env["software"].get("torch") != ctx.baseline["environment"]["software"].get("torch"):
-        return None
-    return ctx.run_speed / ref_speed
+    return ctx.run_speed / ref.speed_index
 
 
 def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
-    pol = ctx.baseline["policy"]["throughput"]
+    pol = ctx.baseline.policy.throughput
     ref, why = throughput_reference(ctx.baseline, ctx.run_env)
     if ref is None:
         notices.append(why)
         return []
-    speed = steady_speed(ctx.run, pol["metric"], pol["warmup_steps"], ctx.upto)
+    speed = steady_speed(ctx.run, pol.metric, pol.warmup_steps, ctx.upto)
     vals = speed.values if speed.judgeable else speed.all_values
     if not vals:
-        notices.append(f"throughput not checked: no steady steps (the first {pol['warmup_steps']} are warm-up)")
+        notices.append(f"throughput not checked: no steady steps (the first {pol.warmup_steps} are warm-up)")
         return []
     if speed.left_out and speed.judgeable:
         notices.append(f"throughput over the {len(vals)} steady steps with uncontended CPUs ({speed.why_not()})")
-    q = pol.get("quantile", 0.5)
-    med, ref_value = quantile(vals, q), ref["value"]
+    q = pol.quantile
+    med, ref_value = quantile(vals, q), ref.value
     scale = speed_scale(ctx, ref)
     if scale is not None and scale < MIN_SPEED_SCALE:
         notices.append(f"throughput not comparable: this machine ran the speed calibration at {scale:.2f}x the "
-                       f"reference machine's ({ref['device_model']}), not the same kind of machine — add this "
+                       f"reference machine's ({ref.device_model}), not the same kind of machine — add this "
                        "machine's with `harness record-baseline … --throughput-only`")
         return []
     if scale and scale > 1.4:
@@ -367,33 +442,33 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
     # a slower calibration lowers the floor, a faster one never raises it (see MIN_SPEED_SCALE)
     relax = min(1.0, scale) if scale else 1.0
     base = ref_value * relax
-    tol = min(pol["max_tolerance"], max(pol["min_tolerance"], pol["spread_factor"] * ref["relative_spread"]))
+    tol = min(pol.max_tolerance, max(pol.min_tolerance, pol.spread_factor * ref.relative_spread))
     ok = med >= base * (1 - tol)
     if not speed.judgeable:  # measured on a busy machine: above the floor even so is a pass; below says nothing
         if not ok:
             notices.append(f"throughput not judged: {speed.why_not()} — re-run on an idle machine")
             return []
         notices.append(f"throughput passed although {speed.why_not()}")
-    if med > ref_value * pol["refresh_ratio"]:
+    if med > ref_value * pol.refresh_ratio:
         notices.append(f"throughput {med:,.0f} tok/s is {med / ref_value:.2f}x the baseline's {ref_value:,.0f}: "
                        "refresh the baseline (record-baseline --throughput-only --force)")
     what = "median" if q == 0.5 else f"p{q * 100:.0f}"
     calib = (f"; this machine's calibrated speed {scale:.2f}x the reference's"
              + (f", so the reference is taken as {base:,.0f}" if relax < 1.0 else "") if scale else "")
-    detail = (f"{what} {med:,.0f} tok/s over {len(vals)} steady steps vs {ref_value:,.0f} on {ref['device_model']}"
+    detail = (f"{what} {med:,.0f} tok/s over {len(vals)} steady steps vs {ref_value:,.0f} on {ref.device_model}"
               f"{calib} ({(med / base - 1) * 100:+.1f}%; floor -{tol * 100:.0f}%)")
-    return [Check("throughput", pol["metric"], None, med, base, base * tol, ok, len(vals), [], detail)]
+    return [make_check(THROUGHPUT, pol.metric, None, med, base, base * tol, ok, len(vals), [], detail)]
 
 
 def memory_check(ctx: Context) -> list[Check]:
-    pol, ref = ctx.baseline["policy"]["memory"], ctx.baseline["memory"]
-    vals = [v for k, v in ctx.run.get(pol["metric"], {}).items() if k <= ctx.upto and math.isfinite(v)]
-    if not vals or not ref["seed_values"]:
+    pol, ref = ctx.baseline.policy.memory, ctx.baseline.memory
+    vals = [v for k, v in ctx.run.get(pol.metric, {}).items() if k <= ctx.upto and math.isfinite(v)]
+    if not vals or not ref.seed_values:
         return []
-    peak, base = max(vals), ref["value"]
-    ok = peak <= base * (1 + pol["tolerance"])
-    detail = f"peak {peak:.3f} GB vs {base:.3f} GB (ceiling +{pol['tolerance'] * 100:.0f}%)"
-    return [Check("memory", pol["metric"], None, peak, base, base * pol["tolerance"], ok, len(vals), [], detail)]
+    peak, base = max(vals), ref.value
+    ok = peak <= base * (1 + pol.tolerance)
+    detail = f"peak {peak:.3f} GB vs {base:.3f} GB (ceiling +{pol.tolerance * 100:.0f}%)"
+    return [make_check(MEMORY, pol.metric, None, peak, base, base * pol.tolerance, ok, len(vals), [], detail)]
 
 
 def evaluate(ctx: Context, tiers: list[str], *, throughput: bool = True,
@@ -402,7 +477,7 @@ def evaluate(ctx: Context, tiers: list[str], *, throughput: bool = True,
     in ways that move it: ``memory_differs``), and notices."""
     notices: list[str] = []
     checks = [c for t in tiers for c in TIERS[t](ctx)]
-    unrecorded = sorted(n for n in ctx.run if n not in ctx.baseline["metrics"] and set(metric_tiers(n)) & set(tiers))
+    unrecorded = sorted(n for n in ctx.run if n not in ctx.baseline.metrics and set(metric_tiers(n)) & set(tiers))
     if unrecorded:
         notices.append(f"not gated: the baseline has no values for {len(unrecorded)} metric(s) the run reports "
                        f"({', '.join(unrecorded[:6])}{' …' if len(unrecorded) > 6 else ''}); re-record the baseline "

@@ -15,68 +15,68 @@ listed as a change.
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
 from typing import Any
 
 from harness.numerics import THREAD_VARIABLES, exactness_key
+from harness.records.baseline import Environment, LaunchSummary, MachineSummary
+from harness.records.common import HarnessSource, Runtime, Software
+from harness.records.run import Launch, Machine, Manifest, Numerics
+from harness.records.verdict import Change
 
 SOFTWARE_KEYS = ("python", "torch", "transformers", "tokenizers", "numpy", "cuda", "cudnn", "torch_npu")
 
 
-@dataclass(frozen=True)
-class Change:
-    key: str
-    run: Any
-    ref: Any
-    blocks_exact: bool
-
-    def text(self) -> str:
-        return f"{self.key} {self.ref} -> {self.run}"
+def change_text(c: Change) -> str:
+    return f"{c.key} {c.baseline} -> {c.run}"
 
 
-def summary(manifest: dict[str, Any]) -> dict[str, Any]:
+def _summary(deterministic: bool, software: Software, machine: Machine, launch: Launch, numerics: Numerics | None,
+             harness: HarnessSource) -> Environment:
+    return Environment(
+        deterministic=deterministic, software=software,
+        machine=MachineSummary(arch=platform.machine() or "unknown", device_type=machine.device_type,
+                               device_model=machine.device_model, device_count=machine.device_count,
+                               cpu_model=machine.cpu_model or "", driver=machine.driver, runtime=machine.runtime),
+        runtime=LaunchSummary(kind=launch.kind, world_size=launch.world_size, image_id=launch.image_id,
+                              lock_sha256=launch.lock_sha256),
+        numerics=exactness_key(numerics.model_dump() if numerics else None), harness=harness)
+
+
+def summary(manifest: Manifest) -> Environment:
     """The environment block of a baseline / the comparable part of a run manifest."""
-    sw, mach, rt = manifest["software"], manifest["machine"], manifest["runtime"]
-    arch = platform.machine() or "unknown"
-    return {
-        "deterministic": manifest["deterministic"],
-        "software": {k: sw.get(k) for k in SOFTWARE_KEYS + ("threads", "cpu_capability")},
-        "machine": {"arch": arch, "device_type": mach["device_type"], "device_model": mach["device_model"],
-                    "device_count": mach["device_count"], "cpu_model": mach.get("cpu_model") or "",
-                    "driver": mach.get("driver"), "runtime": mach.get("runtime")},
-        "runtime": {"kind": rt["kind"], "world_size": rt["world_size"], "image_id": rt["image_id"],
-                    "lock_sha256": rt["lock_sha256"]},
-        "numerics": exactness_key(manifest.get("numerics")),
-        "harness": dict(manifest["harness"]),
-    }
+    return _summary(manifest.deterministic, manifest.software, manifest.machine, manifest.runtime, manifest.numerics,
+                    manifest.harness)
 
 
-def changes(run: dict[str, Any], ref: dict[str, Any]) -> list[Change]:
+def changes(run: Environment, ref: Environment) -> list[Change]:
     """Every difference between two environment summaries (run vs reference), blocking ones first."""
     out: list[Change] = []
-    cpu = run["machine"]["device_type"] == "cpu" and ref["machine"]["device_type"] == "cpu"
-    pinned = cpu and run.get("numerics") is not None and run.get("numerics") == ref.get("numerics")
-    if not (run["deterministic"] and ref["deterministic"]):
-        out.append(Change("deterministic mode (exact needs it on both sides)", run["deterministic"],
-                          ref["deterministic"], True))
-    for key in ref["software"]:
-        if run["software"].get(key) != ref["software"][key]:
-            out.append(Change(key, run["software"].get(key), ref["software"][key], True))
-    if run.get("numerics") != ref.get("numerics"):
-        out.append(Change("numerics pin", _pin_text(run.get("numerics")), _pin_text(ref.get("numerics")), cpu))
+
+    def add(key: str, run_value: Any, ref_value: Any, blocks: bool) -> None:
+        out.append(Change(key=key, baseline=ref_value, run=run_value, blocks_exact=blocks))
+
+    cpu = run.machine.device_type == "cpu" and ref.machine.device_type == "cpu"
+    pinned = cpu and run.numerics is not None and run.numerics == ref.numerics
+    if not (run.deterministic and ref.deterministic):
+        add("deterministic mode (exact needs it on both sides)", run.deterministic, ref.deterministic, True)
+    ref_sw, run_sw = ref.software.model_dump(), run.software.model_dump()
+    for key in ref_sw:
+        if run_sw.get(key) != ref_sw[key]:
+            add(key, run_sw.get(key), ref_sw[key], True)
+    if run.numerics != ref.numerics:
+        add("numerics pin", _pin_text(run.numerics), _pin_text(ref.numerics), cpu)
+    ref_m, run_m = ref.machine.model_dump(), run.machine.model_dump()
     for key in ("device_type", "device_count", "device_model", "driver", "runtime"):
-        a, b = run["machine"].get(key), ref["machine"].get(key)
-        if a != b:
-            blocks = not (pinned and key == "device_model")
-            out.append(Change(key, a, b, blocks))
-    if run["machine"].get("cpu_model") != ref["machine"].get("cpu_model") and not cpu:
-        out.append(Change("cpu_model", run["machine"].get("cpu_model"), ref["machine"].get("cpu_model"), False))
+        if run_m[key] != ref_m[key]:
+            add(key, run_m[key], ref_m[key], not (pinned and key == "device_model"))
+    if run.machine.cpu_model != ref.machine.cpu_model and not cpu:
+        add("cpu_model", run.machine.cpu_model, ref.machine.cpu_model, False)
+    ref_l, run_l = ref.runtime.model_dump(), run.runtime.model_dump()
     for key in ("world_size", "image_id", "lock_sha256"):
-        if run["runtime"][key] != ref["runtime"][key]:
-            out.append(Change(key, run["runtime"][key], ref["runtime"][key], True))
-    if run["harness"].get("revision") != ref["harness"].get("revision"):
-        out.append(Change("harness revision", _short(run["harness"].get("revision")),
-                          _short(ref["harness"].get("revision")), False))
+        if run_l[key] != ref_l[key]:
+            add(key, run_l[key], ref_l[key], True)
+    if run.harness.revision != ref.harness.revision:
+        add("harness revision", _short(run.harness.revision), _short(ref.harness.revision), False)
     return sorted(out, key=lambda c: not c.blocks_exact)
 
 
@@ -92,15 +92,15 @@ def _pin_text(key: dict[str, Any] | None) -> str:
     return f"{key['level']} ({key.get('cpu_capability')}, {key.get('threads')} threads; {libs})"
 
 
-def live_summary(res: Any, runtime: str, world: int) -> dict[str, Any]:
+def live_summary(res: Any, runtime: Runtime, world: int) -> Environment:
     """The environment a run started now by this process would record (for choosing its tier up front)."""
-    from harness import numerics
+    from harness import __version__, numerics
     from harness.config.profiles import probe_machine
     from harness.run.record import git_revision, software_versions
 
     numerics.activate()
-    manifest = {"deterministic": res.spec.deterministic, "software": software_versions(),
-                "machine": probe_machine().as_dict(), "numerics": numerics.record(),
-                "runtime": {"kind": runtime, "world_size": world, "image_id": None, "lock_sha256": None},
-                "harness": git_revision()}
-    return summary(manifest)
+    pin = numerics.record()
+    return _summary(res.spec.deterministic, Software.model_validate(software_versions()), probe_machine(),
+                    Launch(kind=runtime, world_size=world, nnodes=1, image_id=None, lock_sha256=None),
+                    Numerics.model_validate(pin) if pin else None,
+                    HarnessSource.model_validate({"version": __version__, **git_revision()}))

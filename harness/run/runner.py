@@ -26,13 +26,14 @@ import torch
 from harness import __version__, numerics
 from harness.config.profiles import probe_machine
 from harness.config.recipe import Resolved
-from harness.config.schema import load_checked
 from harness.core.device import CALIBRATION_WORKLOAD, numerics_env, resolve_device, set_determinism, speed_index
 from harness.core.replay import ReplaySource, replay_storable, save_initial, save_step
 from harness.core.trainer import Dist, GRPOTrainer
 from harness.core.warmstart import run_warm_start
 from harness.errors import HarnessError
 from harness.jsonio import file_sha256
+from harness.records.base import dump, read
+from harness.records.baseline import ROLLOUTS_KEY, Baseline
 from harness.run.checkpoint import Interrupted, clean_partial, load_checkpoint, save_checkpoint
 from harness.run.cpuload import StepLoad
 from harness.run.hooks import callbacks_from_env, parse_fault
@@ -52,7 +53,7 @@ def base_manifest(res: Resolved, *, steps: int, runtime: str, world: int, fault:
         "deterministic": res.spec.deterministic, "overrides": res.overrides,
         "steps": {"requested": steps, "completed": 0},
         "harness": {"version": __version__, **git_revision()},
-        "software": software_versions(), "machine": probe_machine().as_dict(),
+        "software": software_versions(), "machine": dump(probe_machine()),
         "runtime": runtime_info(runtime, world), "env": numerics_env(), "numerics": numerics.record(),
         "fault_injection": fault or None, "resolved_config": res.config,
     }
@@ -150,14 +151,14 @@ def _resume_record(run_dir: Path, res: Resolved, plan: ResumePlan, total: int) -
 
 def open_replay(baseline_path: Path) -> tuple[ReplaySource, dict[str, Any]]:
     """The recorded rollouts a baseline names (checksummed), and the manifest's ``replay`` block."""
-    baseline = load_checked(baseline_path, "baseline")
-    rep = baseline.get("replay")
+    baseline = read(baseline_path, Baseline, "baseline")
+    rep = baseline.replay
     if not rep:
         raise HarnessError("the baseline has no recorded rollouts to replay", file=str(baseline_path),
                            fix="re-record it with this version (`harness record-baseline … --force`)")
-    source = ReplaySource.open(Path(baseline_path).parent / rep["file"], rep["sha256"], baseline["steps"])
+    source = ReplaySource.open(Path(baseline_path).parent / rep.file, rep.sha256, baseline.steps)
     return source, {"baseline": str(baseline_path), "baseline_sha256": file_sha256(Path(baseline_path)),
-                    "rollouts_sha256": rep["sha256"], "baseline_profile": baseline["profile"]}
+                    "rollouts_sha256": rep.sha256, "baseline_profile": baseline.profile}
 
 
 def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: str = "local", progress: bool = True,
@@ -195,7 +196,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
             if dist.rank == 0:
                 record = _resume_record(run_dir, res, plan, total) if plan else \
                     RunRecord(run_dir, {**base_manifest(res, steps=total, runtime=runtime, world=dist.world,
-                                                        fault=fault), "replay": replay_info})
+                                                        fault=fault), ROLLOUTS_KEY: replay_info})
             bar = _Progress(total, progress and record is not None)
             trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.hardware.accelerator.peak_bf16_tflops,
                                   dist=dist,

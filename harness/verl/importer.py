@@ -24,8 +24,8 @@ from harness.config.recipe import deep_merge, get_dotted, load_recipe_file, reci
 from harness.config.safety import RuleContext, run_rules
 from harness.config.safety.check import iter_errors
 from harness.config.safety.code_loading import is_code_loading_key, is_enabled
-from harness.config.schema import schema_errors
 from harness.errors import HarnessError
+from harness.schema import schema_errors
 from harness.verl.lint import LintResult, TrainerCall, recipe_for_model
 from harness.verl.mapping import MODEL_PATH, NO_VERL_DEFAULT, mapped_keys
 from harness.verl.overrides import MISSING, get_path

@@ -24,7 +24,7 @@ from harness.verl.bashparse import Arg, Evaluation, Invocation, ScriptError, eva
 from harness.verl.overrides import (
     HYDRA_FLAGS,
     MISSING,
-    Override,
+    LauncherOverride,
     engines,
     get_path,
     known_key,
@@ -86,11 +86,11 @@ class TrainerCall:
 
     line: int
     program: str
-    overrides: list[Override]
+    overrides: list[LauncherOverride]
     engine: str | None  # dp | megatron | torchtitan | veomni | None (not known statically)
     config: dict[str, Any]
     lines: dict[str, int]
-    unresolved: dict[str, Override] = field(default_factory=dict)
+    unresolved: dict[str, LauncherOverride] = field(default_factory=dict)
     config_name: str | None = None
 
 
@@ -202,7 +202,7 @@ def _bounded(findings: list[Finding]) -> list[Finding]:
 
 # ----------------------------------------------------------------------------- one trainer call
 def _lint_call(inv: Invocation, profile: dict[str, Any] | None, out: list[Finding]) -> TrainerCall:
-    overrides: list[Override] = []
+    overrides: list[LauncherOverride] = []
     config_name = None
     opaque: list[int] = []  # lines of arguments whose key is not known statically
     args = list(inv.args)
@@ -241,7 +241,7 @@ def _lint_call(inv: Invocation, profile: dict[str, Any] | None, out: list[Findin
         _key_checks(overrides, engine, out, judged, replaced)
     config = merged_config(overrides, engine or "dp")
     lines: dict[str, int] = {}
-    unresolved: dict[str, Override] = {}
+    unresolved: dict[str, LauncherOverride] = {}
     for ov in overrides:
         if ov.is_group:
             continue
@@ -325,7 +325,7 @@ def _unresolved(arg: Arg, key: str | None) -> Finding:
 CONFIG_ENGINES = {"ppo_trainer": "dp", "ppo_megatron_trainer": "megatron"}
 
 
-def _engine(overrides: list[Override], config_name: str | None, line: int, out: list[Finding]) -> str | None:
+def _engine(overrides: list[LauncherOverride], config_name: str | None, line: int, out: list[Finding]) -> str | None:
     name = (config_name or "ppo_trainer").removesuffix(".yaml")
     if name not in CONFIG_ENGINES:
         out.append(lint_finding("unresolved-value", f"--config-name {config_name}: only the defaults of verl's "
@@ -347,12 +347,12 @@ def _engine(overrides: list[Override], config_name: str | None, line: int, out: 
     return engine
 
 
-def _unresolved_engine(ov: Override, line: int) -> Finding:
+def _unresolved_engine(ov: LauncherOverride, line: int) -> Finding:
     return lint_finding("unresolved-value", f"model_engine cannot be resolved statically ({ov.raw}): key names "
                         "are not checked", "write the engine in the script", ov.line or line, "model_engine")
 
 
-def _duplicates(overrides: list[Override], out: list[Finding]) -> None:
+def _duplicates(overrides: list[LauncherOverride], out: list[Finding]) -> None:
     """One finding per key given more than once, at its first line: the count and the first lines."""
     by_key: dict[str, list[int]] = {}
     for ov in overrides:
@@ -368,7 +368,7 @@ def _duplicates(overrides: list[Override], out: list[Finding]) -> None:
             "and the others are dead", f"keep one {key} override", lines[0], key))
 
 
-def _group_packages(overrides: list[Override], out: list[Finding]) -> tuple[str, ...]:
+def _group_packages(overrides: list[LauncherOverride], out: list[Finding]) -> tuple[str, ...]:
     """Config packages a Hydra group override replaces (``actor@actor_rollout_ref.actor=mlite_actor``):
     their keys come from a config whose keys are not shipped, so they are not checked."""
     packages = []
@@ -385,7 +385,7 @@ def _group_packages(overrides: list[Override], out: list[Finding]) -> tuple[str,
     return tuple(packages)
 
 
-def _key_checks(overrides: list[Override], engine: str, out: list[Finding], judged: list[Finding],
+def _key_checks(overrides: list[LauncherOverride], engine: str, out: list[Finding], judged: list[Finding],
                 replaced: tuple[str, ...] = ()) -> None:
     suggestions = MAX_SUGGESTIONS  # difflib is slow: only the first unknown keys get a "did you mean"
     for ov in overrides:
@@ -417,7 +417,7 @@ def _key_checks(overrides: list[Override], engine: str, out: list[Finding], judg
                 f"write {ov.key}=... (or ++{ov.key}=... to set it either way)", ov.line, ov.key))
 
 
-def _append_refused(ov: Override, engine: str) -> bool:
+def _append_refused(ov: LauncherOverride, engine: str) -> bool:
     """Hydra refuses ``+key=value`` only where the key holds a value that is not null and the new value
     is not a mapping or list (those are merged)."""
     from harness.verl.overrides import engine_defaults

@@ -217,7 +217,7 @@ def format_value(value: Any, top: bool = True) -> str:
 
 # ----------------------------------------------------------------------------- overrides
 @dataclass(frozen=True)
-class Override:
+class LauncherOverride:
     raw: str
     prefix: str  # "" | "+" | "++" | "~"
     key: str
@@ -231,7 +231,7 @@ class Override:
         return self.key in GROUPS or "/" in self.key or "@" in self.key
 
 
-def parse_override(raw: str, line: int, unknown: tuple[Any, ...] = ()) -> Override | None:
+def parse_override(raw: str, line: int, unknown: tuple[Any, ...] = ()) -> LauncherOverride | None:
     """``[+|++|~]key[=value]``; None when ``raw`` is not an override."""
     prefix = ""
     for p in ("++", "+", "~"):
@@ -244,8 +244,8 @@ def parse_override(raw: str, line: int, unknown: tuple[Any, ...] = ()) -> Overri
     if not key or not all(ch.isalnum() or ch in "_.-@/$" for ch in key) or (not eq and prefix != "~"):
         return None
     if not eq:
-        return Override(raw, prefix, key, None, None, line, unknown)
-    return Override(raw, prefix, key, parse_value(value_text), value_text, line, unknown)
+        return LauncherOverride(raw, prefix, key, None, None, line, unknown)
+    return LauncherOverride(raw, prefix, key, parse_value(value_text), value_text, line, unknown)
 
 
 # ----------------------------------------------------------------------------- config
@@ -287,7 +287,7 @@ def get_path(config: dict[str, Any], key: str, default: Any = None) -> Any:
     return node
 
 
-def merged_config(overrides: list[Override], engine: str) -> dict[str, Any]:
+def merged_config(overrides: list[LauncherOverride], engine: str) -> dict[str, Any]:
     """verl's defaults for ``engine`` with the overrides applied in order, interpolations resolved."""
     config = unflatten(engine_defaults(engine))
     for ov in overrides:

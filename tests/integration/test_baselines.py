@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from harness.config.schema import schema_errors
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.judge.baseline import load_baseline, load_series, quantile, steady_speed
+from harness.schema import schema_errors
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from harness.config.schema import schema_errors
 from harness.jsonio import load_json_strict
 from harness.judge.attest import DOCUMENTS, load_signer, open_certificate, sha256_regular, sign, statement
+from harness.schema import schema_errors
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

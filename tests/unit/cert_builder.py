@@ -17,10 +17,10 @@ from typing import Any
 from harness import __version__
 from harness.commands.certify import drop_training_state, write_certificate
 from harness.config.profiles import load_profile
-from harness.config.schema import check
 from harness.jsonio import load_json_strict
 from harness.judge import certify as C
 from harness.paths import PROFILES_DIR, ROOT
+from harness.schema import check
 
 MACHINE = {"device_model": "x86_64", "device_count": 1, "device_memory_gb": 8.0, "driver": None, "runtime": None,
            "cpu_cores": 2, "host_memory_gb": 23.4, "hostname": "builder"}

@@ -9,14 +9,16 @@ import math
 from pathlib import Path
 
 import pytest
+import typed_records as typed
 from test_compare import STEPS, _baseline, _by, _recorded, _series, ev
 
-from harness.config.schema import check
 from harness.errors import HarnessError
 from harness.jsonio import write_json_atomic
 from harness.judge import candidates as K
 from harness.judge import compare as C
 from harness.judge import stats
+from harness.records.run import Manifest
+from harness.schema import check
 
 REWARD = "critic/score/mean"
 
@@ -33,7 +35,7 @@ def _check(run_final, cand_finals, base):
     from harness.judge import tiers as T
 
     env = {"machine": {"device_model": "Test CPU"}, "software": {"threads": 2}}
-    ctx = T.Context(ctx_run, base, STEPS, env)
+    ctx = T.Context(ctx_run, typed.baseline(base), STEPS, typed.env(env))
     ctx.candidates = [{REWARD: _series(lambda k, f=f: f)} for f in cand_finals]
     return _by(T.evaluate(ctx, ["statistical"])[0], "statistical")[0]
 
@@ -107,7 +109,7 @@ def test_find_keeps_this_runs_seeds_and_says_why_it_leaves_others_out(tmp_path, 
     odd = _candidate(run, manifest, 4_000_042, 0.6)
     (odd / "manifest.json").write_text((odd / "manifest.json").read_text().replace('"seed": 4000042', '"seed": 7', 1))
     (run / "candidates" / "notes.txt").write_text("hello")
-    found = K.find(run, manifest)
+    found = K.find(run, Manifest.model_validate(manifest))
     assert found.runs == [(1_000_042, good)]
     text = "\n".join(found.notices)
     assert "another profile" in text and "status running" in text and "holds seed 7" in text
@@ -128,43 +130,80 @@ def test_judge_uses_candidates_and_names_a_shortfall_of_them(tmp_path, manifest)
     for seed in K.candidate_seeds(5, 3):
         _candidate(run, m, seed, 0.53)
     v = C.judge(run, None, baseline_path=baseline)
-    assert [c["seed"] for c in v.candidates] == K.candidate_seeds(5, 3)
-    assert "(median of 3 runs)" in v.summary_line() and not any("judged on" in n for n in v.notices)
+    assert [c.seed for c in v.candidates] == K.candidate_seeds(5, 3)
+    assert "(median of 3 runs)" in v.summary_line and not any("judged on" in n for n in v.notices)
     check(json.loads((run / "verdict.json").read_text()), "verdict", "verdict.json")
 
 
 # ----------------------------------------------------------------------------- training the missing ones
-class _Verdict:
-    def __init__(self, have=(), policy_runs=3):
-        self.candidates = [{"seed": s, "dir": "x"} for s in have]
-        self.policy = {"statistical": {"candidate_runs": policy_runs}}
-        self.baseline = {"primary_seed": 42, "noise_seeds": [43]}
-        self.run = {"seed": 7}
+def _plan(run_dir: Path, run_manifest: dict):
+    """The plan `harness run` made for the run of ``run_manifest`` in ``run_dir`` (its --set overrides)."""
+    from harness.config.recipe import resolve
+    from harness.run.plan import RunPlan
+
+    sets = tuple(f"{o['key']}={o['value']}" for o in run_manifest["overrides"])
+    return RunPlan(recipe="qwen3_vl_30b", res=resolve("qwen3_vl_30b", "cpu", "smoke", sets), run_dir=run_dir,
+                   runtime="local", overrides=sets, quiet=True)
 
 
-def test_train_missing_candidates_trains_only_what_is_missing(tmp_path):
-    from harness.commands.run import train_missing_candidates
+@pytest.fixture
+def trained(monkeypatch) -> list:
+    """What `harness run` trains for the judge (each plan's seed, directory, steps and replayed baseline), instead
+    of training it."""
+    from harness.commands import run as R
 
-    trained: list[tuple[int, Path]] = []
-    assert train_missing_candidates(tmp_path, _Verdict(), None, lambda s, d: trained.append((s, d)), True)
-    assert trained == [(s, K.candidate_dir(tmp_path, s)) for s in K.candidate_seeds(7, 3)]
-    trained.clear()
-    assert not train_missing_candidates(tmp_path, _Verdict(have=K.candidate_seeds(7, 3)), None,
-                                        lambda s, d: trained.append((s, d)), True)
-    assert not train_missing_candidates(tmp_path, _Verdict(), 1, lambda s, d: trained.append((s, d)), True)
-    assert train_missing_candidates(tmp_path, _Verdict(policy_runs=1), 2, lambda s, d: trained.append((s, d)), True)
-    assert [s for s, _ in trained] == K.candidate_seeds(7, 2)
+    calls: list = []
+    monkeypatch.setattr(R, "train_stage", lambda plan: calls.append(
+        (plan.res.config["seed"], plan.run_dir, plan.steps, plan.replay)))
+    return calls
 
 
-def test_a_leftover_candidate_directory_is_refused_not_overwritten(tmp_path):
-    from harness.commands.run import train_missing_candidates
+def _statistical_run(tmp_path: Path, manifest: dict, seed: int = 7) -> tuple[Path, Path, dict]:
+    baseline, primary = _recorded(tmp_path, manifest)
+    run = tmp_path / "run"
+    run.mkdir()
+    m = copy.deepcopy(manifest)
+    m["seed"], m["overrides"] = seed, [{"key": "seed", "value": seed}]
+    write_json_atomic(run / "manifest.json", m)
+    (run / "metrics.jsonl").write_text((primary / "metrics.jsonl").read_text())
+    return baseline, run, m
 
+
+def test_train_missing_candidates_trains_only_what_is_missing(tmp_path, manifest, trained):
+    from harness.commands.run import train_needs
+
+    baseline, run, m = _statistical_run(tmp_path, manifest)
+    verdict, needs = C.judge_needs(run, baseline, None)
+    assert verdict.tier == "statistical" and needs.candidate_seeds == K.candidate_seeds(7, 3)  # the policy's 3 runs
+    train_needs(_plan(run, m), C.Needs(needs.candidate_seeds))
+    assert [(s, d) for s, d, _, _ in trained] == [(s, K.candidate_dir(run, s)) for s in K.candidate_seeds(7, 3)]
+    assert not C.judge_needs(run, baseline, None, 1)[1].candidate_seeds  # --candidates 1: this run alone
+    _candidate(run, m, K.candidate_seeds(7, 3)[0], 0.53)
+    assert C.judge_needs(run, baseline, None)[1].candidate_seeds == K.candidate_seeds(7, 3)[1:]
+    _candidate(run, m, K.candidate_seeds(7, 3)[1], 0.53)
+    assert not C.judge_needs(run, baseline, None)[1]  # every candidate there: nothing more to train
+    doc = json.loads(baseline.read_text())
+    doc["policy"]["statistical"]["candidate_runs"] = 1
+    write_json_atomic(baseline, doc)
+    other, o = tmp_path / "other", copy.deepcopy(m)
+    other.mkdir()
+    write_json_atomic(other / "manifest.json", o)
+    (other / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text())
+    assert not C.judge_needs(other, baseline, None)[1].candidate_seeds  # the policy's 1 run
+    assert C.judge_needs(other, baseline, None, 2)[1].candidate_seeds == K.candidate_seeds(7, 2)  # --candidates 2
+
+
+def test_a_leftover_candidate_directory_is_refused_not_overwritten(tmp_path, manifest, trained):
+    from harness.commands.run import train_needs
+
+    m = copy.deepcopy(manifest)
+    m["seed"], m["overrides"] = 7, [{"key": "seed", "value": 7}]
     leftover = K.candidate_dir(tmp_path, K.candidate_seeds(7, 2)[0])
     leftover.mkdir(parents=True)
     (leftover / "metrics.jsonl").write_text("{}\n")
     with pytest.raises(HarnessError, match="not a finished candidate"):
-        train_missing_candidates(tmp_path, _Verdict(), None, lambda s, d: None, True)
-    assert (leftover / "metrics.jsonl").read_text() == "{}\n"
+        train_needs(_plan(tmp_path, m), C.Needs(K.candidate_seeds(7, 3)))
+    assert (leftover / "metrics.jsonl").read_text() == "{}\n" and trained == []
 
 
 def test_candidates_option_is_bounded(tmp_path):

@@ -9,9 +9,9 @@ import math
 from pathlib import Path
 
 import pytest
+import typed_records as typed
 from test_tiers import MODEL, STEPS, _baseline, _by, _series, ev  # noqa: F401 (shared helpers)
 
-from harness.config.schema import check, schema_errors
 from harness.config.schema_defs import all_schemas, render
 from harness.errors import HarnessError
 from harness.jsonio import write_json_atomic
@@ -19,10 +19,28 @@ from harness.judge import baseline as B
 from harness.judge import compare as C
 from harness.judge import tiers as T
 from harness.paths import SCHEMAS_DIR
+from harness.records.base import dump
+from harness.records.run import Manifest
+from harness.records.verdict import RunJudged
 from harness.run import environment as E
+from harness.schema import check, schema_errors
 
 
 # ----------------------------------------------------------------------------- tier choice and refusal
+def _m(doc: dict) -> Manifest:
+    """A manifest document (built and changed as a dict here) as the judge reads it."""
+    return Manifest.model_validate(doc)
+
+
+def _env(doc: dict) -> dict:
+    """The environment block a baseline stores for the run of this manifest."""
+    return dump(E.summary(_m(doc)))
+
+
+def _b(doc: dict):
+    return typed.baseline(doc)
+
+
 @pytest.fixture(scope="module")
 def manifest():
     """A real manifest for the qwen3_vl_30b cpu smoke recipe (built, not run)."""
@@ -43,11 +61,11 @@ def env_baseline(manifest):
     return {"recipe": {"name": "qwen3_vl_30b", "hash": manifest["recipe"]["hash"],
                        "config_hash": manifest["recipe"]["config_hash"]},
             "profile": "cpu", "scale": "smoke", "architecture": manifest["resolved_config"]["model"]["architecture"],
-            "primary_seed": manifest["seed"], "environment": E.summary(manifest)}
+            "primary_seed": manifest["seed"], "environment": _env(manifest), "metrics": {}}
 
 
 def test_exact_when_everything_matches(manifest, env_baseline):
-    tiers, why = C.choose_tiers(manifest, env_baseline, None)
+    tiers, why = C.choose_tiers(_m(manifest), _b(env_baseline), None)
     assert tiers == ["exact", "band", "statistical"] and "same environment" in why
 
 
@@ -55,7 +73,7 @@ def test_overrides_stay_exact_eligible(manifest, env_baseline):
     """Environment and seed equal: an override is the only thing that can move the bits, so it is judged bitwise."""
     m = copy.deepcopy(manifest)
     m["overrides"] = [{"key": "actor_rollout_ref.actor.kl_loss_coef", "value": 0.0}]
-    tiers, why = C.choose_tiers(m, env_baseline, None)
+    tiers, why = C.choose_tiers(_m(m), _b(env_baseline), None)
     assert tiers[0] == "exact" and "kl_loss_coef=0.0" in why
 
 
@@ -73,19 +91,19 @@ def test_statistical_when_not_exact_eligible(manifest, env_baseline, change):
         m["runtime"]["image_id"] = "sha256:" + "0" * 64
     else:
         m["deterministic"] = False
-    tiers, why = C.choose_tiers(m, env_baseline, None)
+    tiers, why = C.choose_tiers(_m(m), _b(env_baseline), None)
     assert tiers == ["statistical"] and why.startswith("not exact-eligible")
 
 
 def test_forced_exact(manifest, env_baseline):
     m = copy.deepcopy(manifest)
     m["seed"] = 7
-    tiers, why = C.choose_tiers(m, env_baseline, "exact")
+    tiers, why = C.choose_tiers(_m(m), _b(env_baseline), "exact")
     assert tiers[0] == "exact" and "seed 7" in why
     m["software"]["transformers"] = "0.0.0"
     with pytest.raises(C._Refusal, match="transformers"):
-        C.choose_tiers(m, env_baseline, "exact")
-    assert C.choose_tiers(manifest, env_baseline, "statistical")[0] == ["statistical"]
+        C.choose_tiers(_m(m), _b(env_baseline), "exact")
+    assert C.choose_tiers(_m(manifest), _b(env_baseline), "statistical")[0] == ["statistical"]
 
 
 @pytest.mark.parametrize("field,expect", [("hash", "recipe hash"), ("arch", "architecture"), ("profile", "profile"),
@@ -100,9 +118,9 @@ def test_refusal_reasons(manifest, env_baseline, field, expect):
         b["profile"] = "gpu-1x-h200"
     else:
         b["scale"] = "full"
-    reasons = C.refusal_reasons(manifest, b)
+    reasons = C.refusal_reasons(C.subject_of(_m(manifest)), _b(b))
     assert len(reasons) == 1 and expect in reasons[0]
-    assert C.refusal_reasons(manifest, env_baseline) == []
+    assert C.refusal_reasons(C.subject_of(_m(manifest)), _b(env_baseline)) == []
 
 
 # ----------------------------------------------------------------------------- verdict and files
@@ -111,17 +129,18 @@ def test_verdict_summary_exit_codes_and_schema():
     run = {"actor/pg_loss": _series(lambda k: 0.5), "perf/throughput": _series(lambda k: 13100.0),
            "perf/max_memory_allocated_gb": _series(lambda k: 0.9)}
     checks, notices = ev(run, base, ["exact", "band", "statistical"], STEPS)
-    v = C.Verdict("pass", {"dir": "r", "recipe": "qwen3_vl_30b", "profile": "cpu", "scale": "smoke", "seed": 42,
-                           "status": "complete", "steps_completed": STEPS}, tier="exact",
-                  tiers_applied=["exact", "band", "statistical"], checks=checks, notices=notices)
-    line = v.summary_line()
+    v = C.seal(C.new_verdict("pass", RunJudged(dir="r", recipe="qwen3_vl_30b", profile="cpu", scale="smoke", seed=42,
+                                               status="complete", steps_completed=STEPS), tier="exact",
+                             tiers_applied=["exact", "band", "statistical"], checks=checks, notices=notices))
+    line = v.summary_line
     assert line.startswith("PASS qwen3_vl_30b cpu:smoke tier=exact 1/1 gated metrics equal; throughput 13.1k tok/s "
                            "(ref 13.0k, -15% floor); memory 0.90 GB ≤ 1.10 GB")
-    assert v.exit_code == 0 and "\n" not in line
-    assert schema_errors(v.to_dict(), "verdict") == []
-    assert C.Verdict("fail", {}).exit_code == 1
-    assert C.Verdict("refused", {}).exit_code == 2
-    assert C.Verdict("no-baseline", {}).exit_code == 0
+    assert C.exit_code(v) == 0 and "\n" not in line
+    assert schema_errors(dump(v), "verdict") == []
+    unknown = RunJudged(dir="r", recipe=None, profile=None, scale=None, seed=None, status=None, steps_completed=None)
+    assert C.exit_code(C.new_verdict("fail", unknown)) == 1
+    assert C.exit_code(C.new_verdict("refused", unknown)) == 2
+    assert C.exit_code(C.new_verdict("no-baseline", unknown)) == 0
 
 
 def test_failure_reasons_name_group_metric_and_numbers():
@@ -152,13 +171,13 @@ def test_build_baseline_round_trips_floats_exactly(tmp_path, manifest):
     out = tmp_path / "b.json"
     write_json_atomic(out, doc)
     loaded = B.load_baseline(out)
-    vals = loaded["metrics"]["actor/pg_loss"]["values"]
+    vals = loaded.metrics["actor/pg_loss"].values
     assert [v.hex() for v in vals] == [v.hex() for v in tricky[:4]]
-    assert "timing_s/step" not in loaded["metrics"] and "perf/throughput" not in loaded["metrics"]
-    (tp,) = loaded["throughput"]["references"]
-    assert loaded["noise_seeds"] == [43] and tp["value"] == 1004.0
-    assert tp["device_model"] == manifest["machine"]["device_model"] and tp["threads"] == manifest["software"]["threads"]
-    assert loaded["metrics"]["critic/score/mean"]["seed_window_means"] == [0.4, 0.4]  # window: 20 % of 4 steps = 1
+    assert "timing_s/step" not in loaded.metrics and "perf/throughput" not in loaded.metrics
+    (tp,) = loaded.throughput.references
+    assert loaded.noise_seeds == [43] and tp.value == 1004.0
+    assert tp.device_model == manifest["machine"]["device_model"] and tp.threads == manifest["software"]["threads"]
+    assert loaded.metrics["critic/score/mean"].seed_window_means == [0.4, 0.4]  # window: 20 % of 4 steps = 1
 
 
 def _recorded(tmp_path, manifest, seeds=(42, 43)):
@@ -194,14 +213,14 @@ def test_a_run_that_reproduces_the_bits_is_exact_whatever_the_environment(tmp_pa
     rows = (primary / "metrics.jsonl").read_text()
     (run / "metrics.jsonl").write_text(rows)
     v = C.judge(run, None, baseline_path=baseline)
-    assert v.status == "pass" and v.tier == "exact", v.summary_line()
+    assert v.status == "pass" and v.tier == "exact", v.summary_line
     assert v.tier_reason.startswith("bitwise equal to the baseline's primary run although not exact-eligible")
-    assert "image_id" in v.tier_reason and any(c["key"] == "image_id" for c in v.changes)
+    assert "image_id" in v.tier_reason and any(c.key == "image_id" for c in v.changes)
     off = [json.loads(r) for r in rows.splitlines()]
     off[2]["actor/grad_norm"] = math.nextafter(off[2]["actor/grad_norm"], 1.0)
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in off))
     v = C.judge(run, None, baseline_path=baseline)
-    assert v.tier == "statistical" and v.tier_reason.startswith("not exact-eligible"), v.summary_line()
+    assert v.tier == "statistical" and v.tier_reason.startswith("not exact-eligible"), v.summary_line
     (run / "metrics.jsonl").write_text(rows)  # forced --tier statistical stays statistical
     assert C.judge(run, None, baseline_path=baseline, tier="statistical").tier == "statistical"
 
@@ -224,10 +243,10 @@ def test_a_warm_start_other_than_the_baselines_fails_and_names_the_cache(tmp_pat
     (run / "metrics.jsonl").write_text((primary / "metrics.jsonl").read_text())
     for tier in (None, "band"):
         v = C.judge(run, None, baseline_path=baseline, tier=tier)
-        assert v.status == "fail" and v.exit_code == 1, v.summary_line()
+        assert v.status == "fail" and C.exit_code(v) == 1, v.summary_line
         (reason,) = [r for r in v.reasons if r.startswith("warm start:")]
         assert "loaded from the warm-start cache entry /cache/warm_start/" in reason and "HARNESS_CACHE" in reason
-        assert "differ from the baseline's (aaaaaaaaaaaa)" in v.summary_line()
+        assert "differ from the baseline's (aaaaaaaaaaaa)" in v.summary_line
         assert schema_errors(json.loads((run / "verdict.json").read_text()), "verdict") == []
     m["warm_start"] = _warm("a" * 64, cached=True)  # the same weights from the cache: nothing to say
     write_json_atomic(run / "manifest.json", m)
@@ -236,17 +255,17 @@ def test_a_warm_start_other_than_the_baselines_fails_and_names_the_cache(tmp_pat
 
 def test_a_different_warm_start_is_only_noted_where_the_run_differs_anyway(manifest):
     ref = {"warm_start": {"key": "k", "weights_sha256": "a" * 64}, "primary_seed": manifest["seed"],
-           "recipe": {"config_hash": manifest["recipe"]["config_hash"]}, "environment": E.summary(manifest)}
+           "recipe": {"config_hash": manifest["recipe"]["config_hash"]}, "environment": _env(manifest), "metrics": {}}
     m = copy.deepcopy(manifest)
     m["warm_start"] = _warm("b" * 64, cached=False)
-    reason, notice = C.warm_start_finding(m, ref)
+    reason, notice = C.warm_start_finding(_m(m), _b(ref))
     assert notice is None and "trained now" in reason and "re-record the baseline" in reason
     m["seed"], m["overrides"] = 7, [{"key": "seed", "value": 7}]
-    reason, notice = C.warm_start_finding(m, ref)
+    reason, notice = C.warm_start_finding(_m(m), _b(ref))
     assert reason is None and "as expected where the run differs (seed 7" in notice
     m["warm_start"].pop("weights_sha256")  # a manifest from before the digest was recorded
-    assert C.warm_start_finding(m, ref)[1].startswith("warm start not compared")
-    assert C.warm_start_finding(m, {**ref, "warm_start": None}) == (None, None)  # committed baselines lack it
+    assert C.warm_start_finding(_m(m), _b(ref))[1].startswith("warm start not compared")
+    assert C.warm_start_finding(_m(m), _b({**ref, "warm_start": None})) == (None, None)  # committed baselines lack it
 
 
 def test_generated_record_schemas_are_committed():
@@ -268,7 +287,7 @@ def test_judge_refuses_a_broken_baseline_and_unfinished_runs(tmp_path, manifest,
     bad = tmp_path / "b.json"
     bad.write_text('{"schema_version": 2, "schema_version": 2}')
     v = C.judge(run, None, baseline_path=bad)
-    assert v.status == "refused" and "duplicate key" in v.reasons[0] and v.exit_code == 2
+    assert v.status == "refused" and "duplicate key" in v.reasons[0] and C.exit_code(v) == 2
     assert schema_errors(json.loads((run / "verdict.json").read_text()), "verdict") == []
     with pytest.raises(HarnessError, match="baseline file cannot be used") as err:  # named: a typo is bad input
         C.judge(run, None, baseline_path=tmp_path / "missing.json")
@@ -277,7 +296,7 @@ def test_judge_refuses_a_broken_baseline_and_unfinished_runs(tmp_path, manifest,
         C.judge(run, None, baseline_path=tmp_path)
     monkeypatch.setattr(C, "default_path", lambda *a: tmp_path / "none-recorded.json")
     v = C.judge(run, None)  # the recipe's own baseline not recorded yet: a notice, exit 0
-    assert v.status == "no-baseline" and v.exit_code == 0 and "record-baseline" in v.summary_line()
+    assert v.status == "no-baseline" and C.exit_code(v) == 0 and "record-baseline" in v.summary_line
     (run / "INCOMPLETE").write_text("")
     v = C.judge(run, None, baseline_path=bad)
     assert v.status == "refused" and "not complete" in v.reasons[0]
@@ -292,14 +311,14 @@ def test_pinned_cpus_of_another_model_stay_exact_eligible(manifest, env_baseline
     """With the same numerics pin, another CPU model is listed as a change but does not rule out exact."""
     ref = copy.deepcopy(manifest)
     ref["numerics"] = PINNED
-    baseline = {**env_baseline, "environment": E.summary(ref)}
+    baseline = {**env_baseline, "environment": _env(ref)}
     m = copy.deepcopy(ref)
     m["machine"]["device_model"] = m["machine"]["cpu_model"] = "Some Other CPU"
-    changes = C.environment_changes(m, baseline)
+    changes = C.environment_changes(_m(m), _b(baseline))
     assert [(c.key, c.blocks_exact) for c in changes][:1] == [("device_model", False)]
-    assert C.choose_tiers(m, baseline, None)[0][0] == "exact"
+    assert C.choose_tiers(_m(m), _b(baseline), None)[0][0] == "exact"
     m["numerics"] = {**PINNED, "level": "native"}  # unpinned: the model matters again
-    blocking = [c.key for c in C.environment_changes(m, baseline) if c.blocks_exact]
+    blocking = [c.key for c in C.environment_changes(_m(m), _b(baseline)) if c.blocks_exact]
     assert "numerics pin" in blocking and "device_model" in blocking
 
 
@@ -308,12 +327,12 @@ def test_the_cpu_pin_does_not_block_exact_on_an_accelerator(manifest, env_baseli
     ref = copy.deepcopy(manifest)
     ref["machine"].update(device_type="cuda", device_model="NVIDIA H200")
     ref["numerics"] = {**PINNED, "env": {**PINNED["env"], "MKL_CBWR": "AVX2,STRICT"}}
-    baseline = {**env_baseline, "environment": E.summary(ref)}
+    baseline = {**env_baseline, "environment": _env(ref)}
     m = copy.deepcopy(ref)
     m["numerics"] = PINNED
-    changes = C.environment_changes(m, baseline)
+    changes = C.environment_changes(_m(m), _b(baseline))
     assert [(c.key, c.blocks_exact) for c in changes] == [("numerics pin", False)]
-    assert "MKL_CBWR=AVX2,STRICT" in changes[0].text() and "MKL_CBWR=COMPATIBLE" in changes[0].text()
+    assert "MKL_CBWR=AVX2,STRICT" in E.change_text(changes[0]) and "MKL_CBWR=COMPATIBLE" in E.change_text(changes[0])
 
 
 def test_changes_list_every_difference_with_its_weight(manifest, env_baseline):
@@ -321,8 +340,8 @@ def test_changes_list_every_difference_with_its_weight(manifest, env_baseline):
     m["software"]["transformers"] = "9.9.9"
     m["harness"]["revision"] = "f" * 40
     m["machine"]["driver"] = "999.1"
-    got = {c.key: c for c in C.environment_changes(m, env_baseline)}
-    assert got["transformers"].blocks_exact and got["transformers"].text().endswith("-> 9.9.9")
+    got = {c.key: c for c in C.environment_changes(_m(m), _b(env_baseline))}
+    assert got["transformers"].blocks_exact and E.change_text(got["transformers"]).endswith("-> 9.9.9")
     assert got["driver"].blocks_exact
     assert not got["harness revision"].blocks_exact
 
@@ -331,15 +350,15 @@ def test_replay_runs_are_judged_by_the_replay_tier_only(manifest, env_baseline):
     m = copy.deepcopy(manifest)
     m["replay"] = {"baseline": "b.json", "baseline_sha256": "0" * 64, "rollouts_sha256": "0" * 64,
                    "baseline_profile": "cpu"}
-    assert C.choose_tiers(m, env_baseline, None)[0] == ["replay"]
+    assert C.choose_tiers(_m(m), _b(env_baseline), None)[0] == ["replay"]
     with pytest.raises(C._Refusal, match="replay tier only"):
-        C.choose_tiers(m, env_baseline, "exact")
+        C.choose_tiers(_m(m), _b(env_baseline), "exact")
     with pytest.raises(C._Refusal, match="did not replay"):
-        C.choose_tiers(manifest, env_baseline, "replay")
+        C.choose_tiers(_m(manifest), _b(env_baseline), "replay")
     other = copy.deepcopy(env_baseline)
     other["profile"] = "gpu-1x-h200"
-    assert C.refusal_reasons(m, other) == []  # a replay may run a baseline on another profile
-    assert "replay" in C.refusal_reasons(manifest, other)[0]
+    assert C.refusal_reasons(C.subject_of(_m(m)), _b(other)) == []  # a replay may run a baseline on another profile
+    assert "replay" in C.refusal_reasons(C.subject_of(_m(manifest)), _b(other))[0]
 
 
 # ----------------------------------------------------------------------------- throughput like for like
@@ -359,9 +378,9 @@ def test_throughput_from_another_device_model_is_a_notice_never_a_fail():
 def test_memory_is_not_compared_across_software_or_devices():
     base = _baseline({}, memory=0.5)
     run = {"perf/max_memory_allocated_gb": {1: 0.6}}
-    checks, notices = T.evaluate(T.Context(run, base, 1, None), [], memory_differs=["torch"])
+    checks, notices = T.evaluate(T.Context(run, typed.baseline(base), 1, None), [], memory_differs=["torch"])
     assert not _by(checks, "memory") and any(n.startswith("memory not comparable") and "torch" in n for n in notices)
-    assert not _by(T.evaluate(T.Context(run, base, 1, None), [])[0], "memory")[0].passed
+    assert not _by(T.evaluate(T.Context(run, typed.baseline(base), 1, None), [])[0], "memory")[0].passed
 
 
 def test_another_isa_class_stays_exact_eligible_when_pinned(manifest, env_baseline):
@@ -369,17 +388,17 @@ def test_another_isa_class_stays_exact_eligible_when_pinned(manifest, env_baseli
     ref = copy.deepcopy(manifest)
     ref["numerics"] = {**PINNED, "isa_class": "AuthenticAMD/avx2"}
     ref["machine"]["device_model"] = "AMD EPYC"
-    baseline = {**env_baseline, "environment": E.summary(ref)}
+    baseline = {**env_baseline, "environment": _env(ref)}
     m = copy.deepcopy(ref)
     m["numerics"] = {**PINNED, "isa_class": "GenuineIntel/avx512"}
     m["machine"]["device_model"] = "Intel(R) Xeon(R) Processor"
-    changes = C.environment_changes(m, baseline)
+    changes = C.environment_changes(_m(m), _b(baseline))
     assert not [c for c in changes if c.blocks_exact]
     assert "device_model" in [c.key for c in changes]  # still listed
-    assert C.choose_tiers(m, baseline, None)[0][0] == "exact"
+    assert C.choose_tiers(_m(m), _b(baseline), None)[0][0] == "exact"
     other = copy.deepcopy(m)
     other["numerics"]["env"] = {**PINNED["env"], "MKL_CBWR": "AVX2,STRICT"}  # another pin: other bits
-    assert "numerics pin" in [c.key for c in C.environment_changes(other, baseline) if c.blocks_exact]
+    assert "numerics pin" in [c.key for c in C.environment_changes(_m(other), _b(baseline)) if c.blocks_exact]
 
 
 def test_a_slower_calibration_lowers_the_floor_a_faster_one_never_raises_it():
@@ -394,7 +413,8 @@ def test_a_slower_calibration_lowers_the_floor_a_faster_one_never_raises_it():
 
     def tp(run_tps: float, speed: float | None, torch: str = "2.13.0"):
         e = {**env, "software": {**env["software"], "torch": torch}}
-        ctx = T.Context({"perf/throughput": _series(lambda k: run_tps)}, base, STEPS, e, run_speed=speed)
+        ctx = T.Context({"perf/throughput": _series(lambda k: run_tps)}, typed.baseline(base), STEPS, typed.env(e),
+                        run_speed=speed)
         checks, notices = T.evaluate(ctx, [])
         return (_by(checks, "throughput") or [None])[0], notices
 

@@ -81,7 +81,7 @@ def test_contended_steps_are_left_out_of_the_steady_speed():
 
 def test_reference_speeds_prefer_uncontended_runs():
     tps = {k: 1000.0 for k in range(1, 21)}
-    pol = {"metric": "perf/throughput", "warmup_steps": 2}
+    pol = B.DEFAULT_POLICY.throughput.model_copy(update={"metric": "perf/throughput", "warmup_steps": 2})
     assert B.reference_speeds([_run(tps, set()), _run(tps, set(range(1, 21)))], pol, 20) == [[1000.0] * 18, []]
     # every run contended (e.g. --jobs 2 on two cores): all their steps, a low reference and so a lenient floor
     assert B.reference_speeds([_run(tps, set(range(1, 21)))], pol, 20) == [[1000.0] * 18]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.config.schema import load_schema
 from harness.core import device as D
 from harness.devices import DEVICE_KINDS, accelerators, device_names
 from harness.errors import HarnessError
+from harness.schema import load_schema
 
 
 def test_the_schemas_enumerate_the_table():

@@ -310,7 +310,7 @@ def test_a_read_only_disk_is_one_line(tmp_path: Path, monkeypatch) -> None:
 
 def test_steps_are_held_to_the_schema_bound_everywhere() -> None:
     from harness.cli import build_parser
-    from harness.config.schema import load_schema
+    from harness.schema import load_schema
 
     top = load_schema("resolved-recipe")["properties"]["trainer"]["properties"]["total_training_steps"]["maximum"]
     parser = build_parser()

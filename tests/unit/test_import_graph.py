@@ -92,7 +92,8 @@ def test_nothing_below_the_commands_imports_them() -> None:
 # The pipeline, lowest layer first: a module imports only from its own layer or below. The foundation holds
 # what every layer needs (errors, JSON I/O, paths, the registry, the device-kind table, the numerics pin).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("harness", "errors", "jsonio", "paths", "registry", "statefile", "devices", "numerics", "assets"),
+    ("harness", "errors", "jsonio", "paths", "registry", "statefile", "devices", "numerics", "assets", "schema"),
+    ("records",),  # the documents every layer writes or reads (manifest, baseline, verdict, gate, certificate)
     ("core",),  # the GRPO engine: pure math, models, the trainer; its registries name what recipes may choose
     ("config",),  # recipe, profiles, schema (enums from the engine's registries), safety rules
     ("mlperf", "run"),  # a run: runner, runtimes (local, docker, torchrun), checkpoints, records, MLPerf log

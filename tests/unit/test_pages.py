@@ -11,19 +11,26 @@ import pytest
 
 from harness.commands.certify import render_html
 from harness.judge import pages, report
+from harness.judge.tiers import make_check
+from harness.records.base import dump
+from harness.records.gate import Gate, GateEntry
+from harness.records.verdict import Check, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = '<script>alert("x")</script>'
 
 
-def _verdict(status: str = "fail") -> dict:
-    check = {"group": "exact", "metric": HOSTILE, "step": 3, "run_value": 0.5, "ref_value": 0.25, "tolerance": 0.0,
-             "passed": False, "detail": "first difference at step 3"}
-    return {"status": status, "summary_line": f"FAIL {HOSTILE}", "run": {"recipe": "r", "profile": "cpu",
-            "scale": "smoke", "seed": 42, "status": "completed", "steps_completed": 3}, "tier": "exact",
-            "tier_reason": "same environment", "tiers_applied": ["exact"], "baseline": None, "overrides": [],
-            "fault_injection": None, "created_utc": "2026-12-02T00:00:00Z", "counts": {"exact": {"checks": 1,
-            "failed": 1}}, "reasons": [HOSTILE], "notices": [], "changes": [], "checks": [check]}
+def _verdict(status: str = "fail", checks: list[Check] | None = None) -> Verdict:
+    if checks is None:
+        checks = [make_check("exact", HOSTILE, 3, 0.5, 0.25, 0.0, False, detail="first difference at step 3")]
+    return Verdict.model_validate({
+        "schema_version": 1, "status": status, "summary_line": f"FAIL {HOSTILE}",
+        "run": {"dir": "r", "recipe": "r", "profile": "cpu", "scale": "smoke", "seed": 42, "status": "completed",
+                "steps_completed": 3}, "tier": "exact", "tier_reason": "same environment", "tiers_applied": ["exact"],
+        "forced_tier": None, "baseline": None, "policy": None, "overrides": [], "fault_injection": None,
+        "created_utc": "2026-12-02T00:00:00Z",
+        "counts": {"exact": {"checks": len(checks), "failed": sum(not c.passed for c in checks)}},
+        "reasons": [HOSTILE], "notices": [], "changes": [], "checks": [dump(c) for c in checks]})
 
 
 def test_run_report_escapes_what_the_run_wrote(tmp_path: Path) -> None:
@@ -39,11 +46,15 @@ def test_gate_report_links_runs_and_escapes(tmp_path: Path) -> None:
     run = tmp_path / "r"
     run.mkdir()
     (run / "report.html").write_text("x")
-    results = [{"recipe": HOSTILE, "status": "pass", "tier": "exact", "summary_line": "PASS", "run_dir": str(run),
-                "counts": {"exact": {"checks": 33, "failed": 0}}},
-               {"recipe": "other", "status": "fail", "summary_line": "FAIL", "run_dir": None}]
-    page = report.write_gate_report(tmp_path, results).read_text()
-    assert HOSTILE not in page and '<a href="r/report.html">report</a>' in page
+    exact = [make_check("exact", f"m{i}", None, 0.0, 0.0, 0.0, True) for i in range(33)]
+    gate = Gate(schema_version=1, profile="cpu", scale="smoke", entries=[
+        # a recipe id is held to its pattern by the model, so what the run wrote is its summary line
+        GateEntry(recipe="qwen3_1_7b", status="pass", summary_line=f"PASS {HOSTILE}", run_dir=str(run),
+                  verdict=_verdict("pass", exact), checks=[], reasons=[]),
+        GateEntry(recipe="other", status="fail", summary_line="FAIL", run_dir=None, verdict=None, checks=[],
+                  reasons=["no verdict"])])
+    page = report.write_gate_report(tmp_path, gate).read_text()
+    assert HOSTILE not in page and "&lt;script&gt;" in page and '<a href="r/report.html">report</a>' in page
     assert "1/2 recipes pass" in page and '<span class="ok">33/33</span>' in page
 
 

@@ -7,14 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-from test_candidates import manifest  # noqa: F401 (fixture)
+import typed_records as typed
+from test_candidates import _plan, manifest, trained  # noqa: F401 (fixtures)
 from test_compare import _recorded
 
-from harness.config.schema import check
 from harness.errors import HarnessError
 from harness.jsonio import file_sha256, load_json_strict, write_json_atomic
 from harness.judge import compare as C
 from harness.judge import probe as P
+from harness.records.base import dump
+from harness.schema import check
 
 REPLAYED = ("actor/pg_loss", "actor/grad_norm")
 
@@ -70,10 +72,10 @@ def test_a_statistical_verdict_judges_its_probe_by_the_replay_tolerances(tmp_pat
     assert any("no replay probe" in n and "replay-probe/" in n for n in v.notices)
     d = _probe(run, m, primary, baseline)
     v = C.judge(run, None, baseline_path=baseline)
-    assert v.status == "pass" and v.replay_probe == {"dir": str(d), "steps_compared": 4}
+    assert v.status == "pass" and dump(v.replay_probe) == {"dir": str(d), "steps_compared": 4}
     assert v.tiers_applied == ["statistical", "replay"] and {c.metric for c in v.checks if c.group == "replay"} \
         == set(REPLAYED)
-    assert "replay probe 2/2 within tolerance (4 steps)" in v.summary_line()
+    assert "replay probe 2/2 within tolerance (4 steps)" in v.summary_line
     check(json.loads((run / "verdict.json").read_text()), "verdict", "verdict.json")
 
 
@@ -82,9 +84,9 @@ def test_a_fault_the_outcome_cannot_see_fails_the_verdict_through_its_probe(tmp_
     run, m = _free_run(tmp_path, pm, primary)
     _probe(run, m, primary, baseline, scale_pg_loss=1.001)  # the update changed from step 2 on
     v = C.judge(run, None, baseline_path=baseline)
-    assert v.status == "fail" and v.exit_code == 1
+    assert v.status == "fail" and C.exit_code(v) == 1
     assert not any(not c.passed for c in v.checks if c.group == "statistical")
-    line = v.summary_line()
+    line = v.summary_line
     assert "replay probe 1/2 within tolerance" in line and "first failure: replay actor/pg_loss at step 2" in line
 
 
@@ -119,42 +121,46 @@ def test_no_probe_without_rollouts_or_for_a_container_run(tmp_path, manifest):  
     run, _ = _free_run(tmp_path, load_json_strict(primary / "manifest.json"), primary)
     v = C.judge(run, None, baseline_path=baseline)
     assert any("no replay probe" in n and "no recorded rollouts" in n for n in v.notices)
-    assert "runs locally" in P.unavailable({"replay": {"file": "x"}}, "docker")
-    assert P.unavailable({"replay": {"file": "x"}}, "local") == ""
+    rollouts = typed.baseline({"metrics": {}, "replay": {"file": "x", "sha256": "0" * 64, "metrics": list(REPLAYED),
+                                                         "noise": {}, "perturbation": "test"}})
+    assert "runs locally" in P.unavailable(rollouts, "docker")
+    assert P.unavailable(rollouts, "local") == ""
 
 
 # ----------------------------------------------------------------------------- training it
-def test_train_missing_probe_trains_the_horizon_once_and_refuses_a_leftover(tmp_path, setup):
-    from harness.commands.run import train_missing_probe
+def test_train_missing_probe_trains_the_horizon_once_and_refuses_a_leftover(tmp_path, setup, trained):  # noqa: F811
+    from harness.commands.run import train_needs
 
     baseline, primary, pm = setup
     run, m = _free_run(tmp_path, pm, primary)
-    verdict = C.judge(run, None, baseline_path=baseline)
-    assert verdict.probe_wanted == P.Wanted(baseline, 42, 4)  # 4 steps: the baseline's, under the horizon
-    calls = []
-    assert train_missing_probe(run, verdict, lambda *a: calls.append(a), True)
-    assert calls == [(baseline, 42, 4, P.probe_dir(run))]
+    plan = _plan(run, m)
+    _, needs = C.judge_needs(run, baseline, None)
+    assert needs.probe == P.Wanted(baseline, 42, 4)  # 4 steps: the baseline's, under the horizon
+    train_needs(plan, C.Needs(probe=needs.probe))
+    assert trained == [(42, P.probe_dir(run), 4, baseline)]  # the baseline's seed, replaying it
     _probe(run, m, primary, baseline)  # what the call trains
-    again = C.judge(run, None, baseline_path=baseline)
-    assert again.replay_probe is not None and again.probe_wanted is None
-    assert not train_missing_probe(run, again, lambda *a: calls.append(a), True)
+    again, again_needs = C.judge_needs(run, baseline, None)
+    assert again.replay_probe is not None and again_needs.probe is None
+    train_needs(plan, C.Needs(probe=again_needs.probe))
+    assert len(trained) == 1
     (P.probe_dir(run) / "manifest.json").unlink()  # a leftover: not a finished probe of this run
     with pytest.raises(HarnessError, match="not a finished replay probe") as err:
-        train_missing_probe(run, verdict, lambda *a: calls.append(a), True)
-    assert "harness compare" in err.value.one_line() and len(calls) == 1
+        train_needs(plan, C.Needs(probe=needs.probe))
+    assert "harness compare" in err.value.one_line() and len(trained) == 1
     assert (P.probe_dir(run) / "metrics.jsonl").is_file()
 
 
-def test_no_probe_is_wanted_without_rollouts_or_after_a_container_run(tmp_path, manifest):  # noqa: F811
-    from harness.commands.run import train_missing_probe
+def test_no_probe_is_wanted_without_rollouts_or_after_a_container_run(tmp_path, manifest, trained):  # noqa: F811
+    from harness.commands.run import train_needs
 
     baseline, primary = _recorded(tmp_path, manifest)  # no replay block
     run, m = _free_run(tmp_path, load_json_strict(primary / "manifest.json"), primary)
-    verdict = C.judge(run, None, baseline_path=baseline)
-    assert verdict.probe_wanted is None
-    assert not train_missing_probe(run, verdict, lambda *a: pytest.fail("trained"), True)
+    _, needs = C.judge_needs(run, baseline, None)
+    assert needs.probe is None
+    train_needs(_plan(run, m), C.Needs(probe=needs.probe))
+    assert trained == []
     _with_rollouts(baseline)
     m["runtime"] = {**m["runtime"], "kind": "docker"}
     write_json_atomic(run / "manifest.json", m)
-    docker = C.judge(run, None, baseline_path=baseline)
-    assert docker.probe_wanted is None and any("runs locally" in n for n in docker.notices)
+    docker, docker_needs = C.judge_needs(run, baseline, None)
+    assert docker_needs.probe is None and any("runs locally" in n for n in docker.notices)

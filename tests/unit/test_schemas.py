@@ -93,10 +93,12 @@ def test_committed_records_read_into_their_models() -> None:
     the JSON Schema generated from the same models)."""
     from pathlib import Path
 
-    from harness.config.cert_records import Certificate, Suite
-    from harness.config.records import Baseline, Manifest, Verdict
     from harness.jsonio import load_json_strict
     from harness.judge.attest import open_certificate
+    from harness.records.baseline import Baseline
+    from harness.records.certificate import Certificate, Suite
+    from harness.records.run import Manifest
+    from harness.records.verdict import Verdict
 
     root = Path(__file__).resolve().parents[2]
     seen = {Baseline: 0, Suite: 0, Certificate: 0, Manifest: 0, Verdict: 0}

@@ -7,9 +7,11 @@ import copy
 import math
 
 import pytest
+import typed_records as typed
 
 from harness.judge import baseline as B
 from harness.judge import tiers as T
+from harness.records.base import dump
 
 STEPS = 20
 
@@ -24,7 +26,7 @@ MODEL = "Test CPU"
 def ev(run, base, tiers, upto, env=None, dtype="float32"):
     """Every check of ``tiers`` (plus throughput and memory) of ``run`` against ``base``."""
     env = env or {"machine": {"device_model": MODEL}, "software": {"threads": 2}}
-    return T.evaluate(T.Context(run, base, upto, env, dtype), tiers)
+    return T.evaluate(T.Context(run, typed.baseline(base), upto, typed.env(env), dtype), tiers)
 
 
 def _baseline(metrics: dict[str, dict], *, steps=STEPS, policy=None, throughput=1000.0, spread=0.0, memory=1.0):
@@ -37,7 +39,7 @@ def _baseline(metrics: dict[str, dict], *, steps=STEPS, policy=None, throughput=
         for i, k in enumerate(ks):
             vals = [spec["ref"][k]] + [row[i] for row in noise if row[i] is not None]
             std.append(float(__import__("statistics").stdev(vals)) if len(vals) > 1 else 0.0)
-        entry = {"tiers": B.metric_tiers(name), "steps": ks, "values": [spec["ref"][k] for k in ks],
+        entry = {"tiers": T.metric_tiers(name), "steps": ks, "values": [spec["ref"][k] for k in ks],
                  "noise_values": noise, "noise_std": std}
         spec_ = B.stat_spec(name)
         if spec_:
@@ -47,7 +49,7 @@ def _baseline(metrics: dict[str, dict], *, steps=STEPS, policy=None, throughput=
         out[name] = entry
     tp = {"device_model": MODEL, "threads": 2, "runtime": "local", "value": throughput, "seed_values": [throughput],
           "relative_spread": spread, "recorded_utc": "2026-01-01T00:00:00Z"}
-    return {"metrics": out, "steps": steps, "policy": copy.deepcopy(policy or B.DEFAULT_POLICY),
+    return {"metrics": out, "steps": steps, "policy": copy.deepcopy(policy or dump(B.DEFAULT_POLICY)),
             "throughput": {"references": [tp]},
             "memory": {"value": memory, "seed_values": [memory], "relative_spread": 0.0}}
 
@@ -73,7 +75,7 @@ def test_timing_prefixes_match_the_trainer():
     ("perf/throughput", []), ("timing_s/step", []),
 ])
 def test_metric_tiers(name, tiers):
-    assert B.metric_tiers(name) == tiers
+    assert T.metric_tiers(name) == tiers
 
 
 def test_window_mean_dense_and_sparse():
@@ -82,9 +84,8 @@ def test_window_mean_dense_and_sparse():
     assert B.window_mean({0: 0.3, 10: 0.6, 20: 0.9}, 20, 5) == 0.9
     assert B.window_mean({0: 0.3, 10: 0.6}, 19, 5) == 0.6  # no value in the window: the last one before
     assert B.window_mean({}, 10, 3) is None
-    pol = {"window_fraction": 0.2}
-    assert B.statistical_window(pol, 40) == 8 and B.statistical_window(pol, 12) == 3
-    assert B.statistical_window(pol, 1) == 1 and B.statistical_window({"window_fraction": 0.9}, 10) == 5
+    assert B.statistical_window(0.2, 40) == 8 and B.statistical_window(0.2, 12) == 3
+    assert B.statistical_window(0.2, 1) == 1 and B.statistical_window(0.9, 10) == 5
 
 
 # ----------------------------------------------------------------------------- exact
@@ -148,7 +149,7 @@ def test_band_nan_and_missing_fail():
     base = _baseline({"actor/pg_loss": {"ref": _series(lambda k: 1.0)}})
     run = {"actor/pg_loss": _series(lambda k: float("nan") if k > 10 else 1.0)}
     c = _by(ev(run, base, ["band"], STEPS)[0], "band")[0]
-    assert not c.passed and len(c.failing_steps) == 10 and c.as_dict()["run_value"] is None
+    assert not c.passed and len(c.failing_steps) == 10 and c.model_dump(mode="json")["run_value"] is None
     c = _by(ev({}, base, ["band"], STEPS)[0], "band")[0]
     assert not c.passed
 
@@ -348,5 +349,5 @@ def test_replay_clip_fraction_may_move_by_a_token_or_two():
 def test_replay_skips_throughput_with_a_notice():
     base, ref = _replay_baseline()
     checks, notices = T.evaluate(T.Context({"actor/pg_loss": dict(ref), "perf/throughput": _series(lambda k: 1.0)},
-                                           base, STEPS, None), ["replay"], throughput=False)
+                                           typed.baseline(base), STEPS, None), ["replay"], throughput=False)
     assert not _by(checks, "throughput") and any("replay run does not sample" in n for n in notices)

@@ -11,8 +11,8 @@ import pytest
 from verl_logs import BASELINE, baseline_rows, write_verl_log
 
 from harness.cli import main
-from harness.config.schema import schema_errors
 from harness.judge.logs import LOG_LIMIT, READERS, harness_name, read_log
+from harness.schema import schema_errors
 
 TARGET = ["--recipe", "qwen3_vl_30b", "--profile", "cpu", "--scale", "smoke"]
 

@@ -200,7 +200,7 @@ def test_every_schema_error_is_listed_with_its_json_path(capsys, tmp_path):
 
 
 def test_json_path_of_a_pointer():
-    from harness.config.schema import json_path
+    from harness.schema import json_path
 
     assert json_path("/") == "$"
     assert json_path("/data/items/0/a~1b") == "$.data.items[0]['a/b']"

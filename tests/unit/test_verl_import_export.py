@@ -9,8 +9,8 @@ import pytest
 
 from harness.cli import main
 from harness.config.recipe import load_recipe_file
-from harness.config.schema import schema_errors
 from harness.errors import HarnessError
+from harness.schema import schema_errors
 from harness.verl.lint import lint_file
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "verl"

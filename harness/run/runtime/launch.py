@@ -6,13 +6,13 @@ resolved recipe can use; ``train_stage`` runs the training there (the verdict is
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
 from harness.config.recipe import Resolved
 from harness.errors import EXIT_FINDINGS, HarnessError
+from harness.run.plan import RunPlan
 from harness.run.runtime.spec import RunSpec
 
 
@@ -35,24 +35,24 @@ def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[st
     return (requested, image or (res.hardware.container_image.reference if requested == "docker" else None))
 
 
-def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime: str, image: str | None,
-                replay: Path | None = None) -> None:
-    if runtime == "local":
+def train_stage(plan: RunPlan) -> None:
+    """Train ``plan`` where it runs: this process, a container or torchrun ranks (the verdict is the caller's)."""
+    res, run_dir = plan.res, plan.run_dir
+    if plan.runtime == "local":
         from harness.run.runner import train
 
-        resume = list(args.overrides) if getattr(args, "resume", None) is not None else None
-        train(res, run_dir, steps=args.steps, runtime=os.environ.get("HARNESS_RUNTIME", "local"),
-              progress=not args.quiet, resume=resume, replay=replay)
-    elif runtime == "docker":
+        resume = list(plan.overrides) if plan.resume is not None else None
+        train(res, run_dir, steps=plan.steps, runtime=os.environ.get("HARNESS_RUNTIME", "local"),
+              progress=not plan.quiet, resume=resume, replay=plan.replay)
+    elif plan.runtime == "docker":
         from harness.run.runtime.docker import recipe_target, run_in_docker
 
         recipe_file = Path(res.path).resolve()
-        resumed = getattr(args, "resume", None) is not None
         inner = ["run", *RunSpec(recipe_target(recipe_file), res.profile_name, res.scale, out="/run-dir",
-                                 steps=args.steps, overrides=tuple(args.overrides), runtime="local",
-                                 stage="train", quiet=args.quiet, resume="/run-dir" if resumed else None).run_args()]
+                                 steps=plan.steps, overrides=plan.overrides, runtime="local", stage="train",
+                                 quiet=plan.quiet, resume="/run-dir" if plan.resume is not None else None).run_args()]
         env = {k: os.environ[k] for k in ("HARNESS_FAULT",) if k in os.environ}
-        code = run_in_docker(inner, image=image or "", run_dir=run_dir.absolute(), recipe_file=recipe_file,
+        code = run_in_docker(inner, image=plan.image or "", run_dir=run_dir.absolute(), recipe_file=recipe_file,
                              devices=res.spec.trainer.device,
                              device_count=res.spec.trainer.n_gpus_per_node, env=env)
         if code != 0:
@@ -62,4 +62,4 @@ def train_stage(res: Resolved, args: argparse.Namespace, run_dir: Path, runtime:
     else:  # torchrun
         from harness.run.runtime.torchrun import launch
 
-        launch(res, args, run_dir)
+        launch(res, plan, run_dir)

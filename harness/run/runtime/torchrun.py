@@ -11,7 +11,6 @@ into the run's manifest and reported in one line. ``--resume`` reaches the ranks
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shlex
@@ -21,6 +20,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from harness.config.recipe import Resolved
 from harness.errors import EXIT_FINDINGS, HarnessError
@@ -58,7 +58,8 @@ def node_layout(res: Resolved, nproc_override: int | None = None) -> dict[str, o
     return {"nnodes": nnodes, "node_rank": node_rank, "nproc": nproc, "endpoint": endpoint}
 
 
-def torchrun_command(res: Resolved, args: argparse.Namespace, run_dir: Path, layout: dict[str, object]) -> list[str]:
+def torchrun_command(res: Resolved, args: Any, run_dir: Path, layout: dict[str, object]) -> list[str]:
+    """``args``: what to run (a :class:`~harness.run.plan.RunPlan`: steps, overrides, quiet, resume)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={layout['nnodes']}",
            f"--nproc-per-node={layout['nproc']}", f"--node-rank={layout['node_rank']}", "--rdzv-backend=c10d",
            f"--rdzv-endpoint={layout['endpoint']}", f"--rdzv-id={run_dir.name}", "--max-restarts=0",
@@ -115,7 +116,7 @@ def _rank_pids(pid: int) -> list[int]:
         return []
 
 
-def launch(res: Resolved, args: argparse.Namespace, run_dir: Path) -> None:
+def launch(res: Resolved, args: Any, run_dir: Path) -> None:
     """Run torchrun; SIGINT / SIGTERM go straight to the ranks, which stop after the step with a checkpoint.
 
     torchrun runs in its own session, so a terminal's Ctrl-C reaches only this process: the agent

@@ -16,18 +16,17 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from harness.config.models import Interconnect
-from harness.config.records import SHA256, UTC, HarnessSource, optional
-from harness.core.spec import PROFILE_NAME, Section, field
+from harness.records.base import PROFILE_NAME, SHA256, UTC, Record, Registered, field, optional
+from harness.records.common import HarnessSource, Interconnect
 
 ENTRY_ID = r"^[a-z0-9][a-z0-9_.-]*$"
 # A path relative to the repository root (inputs) or the certificate's directory (results): no leading slash,
 # no '..' segment.
 REL_PATH = r"^(?!/)(?!.*(^|/)\.\.(/|$)).+$"
-Tier = Literal["exact", "band", "statistical"]
+Tier = Annotated[str, Registered("certifiable-tier")]  # tiers a certificate can ask for (not a replay)
 
 
-class Doc(Section):
+class Doc(Record):
     """A section of a suite or certificate (Python's regular expressions: REL_PATH needs look-ahead)."""
 
     model_config = ConfigDict(regex_engine="python-re")
