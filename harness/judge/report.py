@@ -9,117 +9,19 @@ the baseline's noise seeds (thin lines).
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
 
-from harness.jsonio import load_json_strict, write_bytes_atomic, write_text_atomic
+from harness.jsonio import load_json_strict, write_text_atomic
 from harness.judge.baseline import load_baseline, load_series
 from harness.judge.pages import render
-from harness.judge.tiers import BAND, GROUPS, THROUGHPUT
+from harness.judge.plots import failed_checks, plot_curves
+from harness.judge.tiers import GROUPS, THROUGHPUT
 from harness.records.base import dump
 from harness.records.baseline import Baseline
 from harness.records.gate import Gate
 from harness.records.verdict import Verdict
-
-CURVES = [  # (file stem, title, metrics: first is the main one)
-    ("reward", "Reward (train score / validation)", ["critic/score/mean", "val-core/*"]),
-    ("loss", "Policy loss", ["actor/pg_loss"]),
-    ("kl", "KL to reference", ["actor/kl_loss"]),
-    ("entropy", "Entropy", ["actor/entropy"]),
-    ("grad-norm", "Gradient norm", ["actor/grad_norm"]),
-    ("throughput", "Throughput (tokens/s)", ["perf/throughput"]),
-]
-COLOURS = ["#1f4e9c", "#2a9d8f", "#e76f51", "#6a4c93"]
-
-# ----------------------------------------------------------------------------- curves
-def _expand(pattern: str, names: list[str]) -> list[str]:
-    if pattern.endswith("*"):
-        return sorted(n for n in names if n.startswith(pattern[:-1]))
-    return [pattern] if pattern in names else []
-
-
-def _band(spec: dict[str, Any], policy: dict[str, Any]) -> list[float]:
-    pol = policy[BAND.name]
-    stds, w = spec["noise_std"], pol["noise_window"]
-    out = []
-    for i, v in enumerate(spec["values"]):
-        noise = max(stds[max(0, i - w): i + w + 1], default=0.0)
-        out.append(max(spec.get("atol", pol["atol"]), spec.get("rtol", pol["rtol"]) * abs(v), pol["k_noise"] * noise))
-    return out
-
-
-def plot_curves(out_dir: Path, run: dict[str, dict[int, float]], baseline: dict[str, Any] | None,
-                upto: int | None = None, throughput: dict[str, Any] | None = None) -> list[tuple[str, str]]:
-    """Write ``curves-<stem>.png`` files; returns (file name, title) for those written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    base_metrics = (baseline or {}).get("metrics", {})
-    names = sorted(set(run) | set(base_metrics))
-    written = []
-    for stem, title, patterns in CURVES:
-        metrics = [m for p in patterns for m in _expand(p, names)]
-        if not metrics:
-            continue
-        fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
-        for i, name in enumerate(metrics):
-            colour = COLOURS[i % len(COLOURS)]
-            label = name.replace("val-core/", "val ").replace("/reward/mean", "")
-            spec = base_metrics.get(name)
-            if spec:
-                keep = [i for i, k in enumerate(spec["steps"]) if upto is None or k <= upto]
-                ks = [spec["steps"][i] for i in keep]
-                for row in spec["noise_values"]:
-                    pts = [(spec["steps"][i], row[i]) for i in keep if row[i] is not None]
-                    if pts:
-                        ax.plot(*zip(*pts), color=colour, lw=0.6, alpha=0.45)
-                ref = [spec["values"][i] for i in keep]
-                if baseline and BAND.name in spec["tiers"]:
-                    tol = _band(spec, baseline["policy"])
-                    ax.fill_between(ks, [ref[j] - tol[i] for j, i in enumerate(keep)],
-                                    [ref[j] + tol[i] for j, i in enumerate(keep)], color=colour, alpha=0.13, lw=0)
-                ax.plot(ks, ref, color=colour, lw=1.2, ls="--", alpha=0.9, marker="o" if len(ks) < 8 else None, ms=3)
-            series = run.get(name, {})
-            if series:
-                ks = sorted(series)
-                ax.plot(ks, [series[k] for k in ks], color=colour, lw=2.0, label=f"{label} (run)",
-                        marker="o" if len(ks) < 8 else None, ms=4)
-            elif spec:
-                ax.plot([], [], color=colour, lw=2.0, label=f"{label} (not in run)")
-        if stem == "throughput" and baseline and throughput and throughput["ref_value"] is not None:
-            pol, level, drop = baseline["policy"]["throughput"], throughput["ref_value"], throughput["tolerance"] or 0.0
-            q = pol.get("quantile", 0.5)
-            ax.axhline(level, color="#444", lw=1.2, ls="--",
-                       label=f"baseline {'median' if q == 0.5 else f'p{q * 100:.0f}'} {level:,.0f}")
-            ax.axhline(level - drop, color="#c92a2a", lw=1.0, ls=":", label=f"floor -{drop / level * 100:.0f}%")
-            ax.axvspan(0.5, pol["warmup_steps"] + 0.5, color="#888", alpha=0.1, lw=0, label="warm-up (skipped)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(title, fontsize=11)
-        ax.set_xlabel("step", fontsize=9)
-        ax.tick_params(labelsize=8)
-        ax.grid(alpha=0.25)
-        handles, labels = ax.get_legend_handles_labels()
-        if any(m in base_metrics for m in metrics):
-            from matplotlib.lines import Line2D
-            from matplotlib.patches import Patch
-
-            handles += [Line2D([], [], color="#444", ls="--", lw=1.2), Patch(color="#444", alpha=0.15),
-                        Line2D([], [], color="#444", lw=0.6, alpha=0.6)]
-            labels += ["baseline (primary seed)", BAND.name, "noise seeds"]
-        ax.legend(handles, labels, fontsize=7, loc="best", framealpha=0.8)
-        fig.tight_layout()
-        fname = f"curves-{stem}.png"
-        png = io.BytesIO()
-        fig.savefig(png, format="png")
-        write_bytes_atomic(out_dir / fname, png.getvalue())
-        plt.close(fig)
-        written.append((fname, title))
-    return written
 
 
 # ----------------------------------------------------------------------------- run report
@@ -150,7 +52,7 @@ def render_run_report(run_dir: Path, v: Verdict, *, series: dict[str, dict[int, 
     tp_check = next((c for c in v.checks if c.group == THROUGHPUT), None)
     curves = plot_curves(run_dir, run, dump(baseline) if baseline else None,
                          v.baseline.steps_compared if v.baseline else None,
-                         dump(tp_check) if tp_check else None)
+                         dump(tp_check) if tp_check else None, failed=failed_checks(v.checks))
     r, b = v.run, v.baseline
     facts = [("recipe", r.recipe), ("profile : scale", f"{r.profile} : {r.scale}"),
              ("seed", r.seed), ("run status", r.status), ("steps", r.steps_completed),
