@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.core.models import banned_bias  # noqa: E402
+from harness.core.model_builder import banned_bias  # noqa: E402
 from harness.core.rollout import draw_uniforms, generate  # noqa: E402
 
 W = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_attention_heads=32, num_key_value_heads=4,

@@ -209,8 +209,8 @@ def run_ours(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from harness.core import algos, update
     from harness.core.data import EncodedPrompt, Example
     from harness.core.device import reset_peak_memory
-    from harness.core.spec import Recipe
     from harness.core.trainer import GRPOTrainer
+    from harness.core.typed_recipe import Recipe
     from harness.core.update import attach_positions, batched_logprobs, head_kind, is_on_policy, update_actor
 
     if args.logit_chunk_mib:
@@ -313,9 +313,9 @@ def run_trl(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from harness.core.models import build_models
-    from harness.core.spec import Recipe
+    from harness.core.model_builder import build_models
     from harness.core.tokenizer import load_tokenizer, special_token_ids
+    from harness.core.typed_recipe import Recipe
 
     wl = workload(args, device)
     peak = args.peak_tflops or measure_peak_tflops(device)

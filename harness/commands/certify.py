@@ -128,7 +128,7 @@ def _command(args: argparse.Namespace) -> str:
 
 def execute(args: argparse.Namespace) -> int:
     from harness.config.profiles import load_profile, mismatches, probe_machine
-    from harness.run.record import git_revision, utc_now
+    from harness.run.rundir import git_revision, utc_now
 
     if os.environ.get("HARNESS_FAULT"):
         raise HarnessError("HARNESS_FAULT is set; a certificate must not be produced with a fault injected",

@@ -78,7 +78,7 @@ def run_one(recipe: str, profile: str, args: argparse.Namespace) -> GateEntry:
 
         shutil.rmtree(run_dir)  # the gate owns <out>/<recipe>/: a previous gate's run is replaced
     from harness.run.runtime.child import harness_run
-    from harness.run.runtime.spec import RunSpec
+    from harness.run.runtime.run_args import RunSpec
 
     cmd = RunSpec(recipe, profile, args.scale, out=str(run_dir), steps=args.steps, runtime=args.runtime, quiet=True,
                   baseline=str(bpath)).run_args()

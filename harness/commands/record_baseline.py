@@ -47,7 +47,7 @@ def execute(args: argparse.Namespace) -> int:
     from harness.config.safety.check import preflight
     from harness.judge.baseline import default_path
     from harness.judge.baseline_record import record
-    from harness.run.record import default_run_dir
+    from harness.run.rundir import default_run_dir
 
     if args.steps is not None and args.steps < 1:
         raise HarnessError(f"--steps must be >= 1, got {args.steps}", key_path="--steps", fix="give a positive count")

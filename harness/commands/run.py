@@ -17,7 +17,7 @@ from harness.config.safety.check import preflight
 from harness.errors import EXIT_OK, HarnessError
 from harness.judge.tiers import REPLAY, STATISTICAL, TIER_ORDER
 from harness.run.plan import RunPlan
-from harness.run.record import default_run_dir
+from harness.run.rundir import default_run_dir
 from harness.run.runtime.launch import choose_runtime, train_stage
 
 if TYPE_CHECKING:

@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from harness.config.models import Profile
 from harness.config.profiles import load_profile
 from harness.config.safety.code_loading import is_code_loading_key
-from harness.core.spec import Recipe
+from harness.config.typed_files import Profile
+from harness.core.typed_recipe import Recipe
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict
 from harness.paths import RECIPES_DIR

@@ -1,8 +1,8 @@
 """Generates ``schemas/v1/*.schema.json`` (JSON Schema 2020-12): ``python -m harness.config.schema_defs``.
 
-Every schema comes from a typed model: the recipe from :mod:`harness.core.spec` (descriptions, bounds,
+Every schema comes from a typed model: the recipe from :mod:`harness.core.typed_recipe` (descriptions, bounds,
 ``x-overridable`` and the registries' enums are field metadata there), the recipe file and the profile
-from :mod:`harness.config.models`, the run records and certification from
+from :mod:`harness.config.typed_files`, the run records and certification from
 :mod:`harness.records`. pydantic writes each model's schema; :func:`from_model` puts it in
 the committed style (inlined, ``type: [T, "null"]`` for optional values). The files are committed; a test
 fails when they drift from their models.
@@ -16,14 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from harness.config import models
-from harness.core import spec
-from harness.core.spec import registered  # noqa: F401 - re-exported (tests read the enums through it)
+from harness.config import typed_files
+from harness.core import typed_recipe
+from harness.core.typed_recipe import registered  # noqa: F401 - re-exported (tests read the enums through it)
 from harness.records import baseline, certificate, gate, run, verdict
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_BASE = "https://harness.invalid/schemas/v1/"
-FAMILIES = list(spec.FAMILIES)
+FAMILIES = list(typed_recipe.FAMILIES)
 INT32_MAX = 2**31 - 1
 
 
@@ -97,12 +97,12 @@ def from_model(model: type[BaseModel], name: str, description: str, *, capped: b
 
 def recipe_schema(resolved: bool) -> dict[str, Any]:
     if resolved:
-        return from_model(spec.Recipe, "resolved-recipe", "A recipe resolved for one profile and scale.")
-    return from_model(models.RecipeFile, "recipe", "A GRPO recipe.")
+        return from_model(typed_recipe.Recipe, "resolved-recipe", "A recipe resolved for one profile and scale.")
+    return from_model(typed_files.RecipeFile, "recipe", "A GRPO recipe.")
 
 
 def profile_schema() -> dict[str, Any]:
-    return from_model(models.Profile, "profile", "A hardware profile: one node type, described MLPerf-style.")
+    return from_model(typed_files.Profile, "profile", "A hardware profile: one node type, described MLPerf-style.")
 
 
 def record_schemas() -> dict[str, dict[str, Any]]:

@@ -24,7 +24,6 @@ import torch
 from PIL import Image
 
 from harness.core import tokenizer as tk
-from harness.core.spec import MAX_EXAMPLES
 from harness.core.tasks import (
     INSTRUCTION,
     Example,
@@ -34,6 +33,7 @@ from harness.core.tasks import (
     register_task,
     task_names,
 )
+from harness.core.typed_recipe import MAX_EXAMPLES
 from harness.core.vision import image_token_count, process_images
 from harness.errors import HarnessError
 from harness.jsonio import read_bytes_limited

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from harness.core.models import HFModel, ModelInputs, forward_logits, upcast
+from harness.core.model_builder import HFModel, ModelInputs, forward_logits, upcast
 
 Sampler = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]  # (logits (B, V), uniforms (B,)) -> (tokens, log-probs)
 

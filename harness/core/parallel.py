@@ -22,9 +22,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness.core.models import BuiltModules
-from harness.core.spec import Recipe
+from harness.core.model_builder import BuiltModules
 from harness.core.trainer import Dist
+from harness.core.typed_recipe import Recipe
 from harness.devices import DEVICE_KINDS
 
 

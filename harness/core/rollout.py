@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from harness.core.decode import decoder_for
-from harness.core.models import HFModel, ModelInputs, forward_logits, next_positions, position_ids, upcast
+from harness.core.model_builder import HFModel, ModelInputs, forward_logits, next_positions, position_ids, upcast
 
 PROMPT_POSITIONS = "prompt_positions"  # tensors key: the prompts' positions (B, P) or (B, 3, P), rows first
 

@@ -33,12 +33,12 @@ from harness.core.device import (
     synchronize,
 )
 from harness.core.lean_norm import use_lean_norms
-from harness.core.models import BuiltModules, banned_bias, build_models, check_model_dir
+from harness.core.model_builder import BuiltModules, banned_bias, build_models, check_model_dir
 from harness.core.replay import ReplaySource, replayed_batch
 from harness.core.reward import get_reward
 from harness.core.rollout import RolloutBatch, draw_uniforms, generate
-from harness.core.spec import Recipe, Rollout
 from harness.core.tokenizer import NON_SAMPLABLE, load_tokenizer, special_token_ids
+from harness.core.typed_recipe import Recipe, Rollout
 from harness.core.update import LossConfig, attach_positions, batched_logprobs, is_on_policy, update_actor
 from harness.core.vision import build_image_processor
 from harness.errors import HarnessError
@@ -85,7 +85,7 @@ def step_generator(device: torch.device, seed: int, step: int, rank: int, stream
 
 
 class GRPOTrainer:
-    """Builds everything from a resolved recipe (the typed :class:`~harness.core.spec.Recipe`), then runs steps."""
+    """Builds everything from a resolved recipe (the typed :class:`~harness.core.typed_recipe.Recipe`), then runs steps."""
 
     def __init__(self, cfg: Recipe, *, device: torch.device, peak_tflops: float, dist: Dist | None = None,
                  warm_start_fn: Callable[[GRPOTrainer], dict[str, Any]] | None = None) -> None:

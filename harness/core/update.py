@@ -22,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 
 from harness.core import algos
 from harness.core.device import fast_kernels
-from harness.core.models import (
+from harness.core.model_builder import (
     ModelInputs,
     forward_hidden,
     forward_logits,

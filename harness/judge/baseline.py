@@ -71,7 +71,7 @@ from harness.records.baseline import (
 from harness.records.common import Runtime
 from harness.records.run import Manifest
 from harness.run.environment import summary
-from harness.run.record import is_complete, utc_now
+from harness.run.rundir import is_complete, utc_now
 
 DEFAULT_POLICY = Policy(
     band=BandPolicy(rtol=0.05, atol=1e-8, k_noise=3.0, noise_window=2, failures_per_50_steps=1),

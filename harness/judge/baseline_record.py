@@ -37,7 +37,7 @@ from harness.records.base import dump, read
 from harness.records.baseline import ROLLOUTS_KEY, Policy
 from harness.records.run import Manifest
 from harness.run.environment import summary
-from harness.run.runtime.spec import RunSpec
+from harness.run.runtime.run_args import RunSpec
 from harness.schema import check
 
 PERTURBATION = ("the same replay in float64 (--set model.dtype=float64): its distance from the recorded run is the "

@@ -26,7 +26,7 @@ from typing import Any
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict
 from harness.records.run import Manifest
-from harness.run.record import MARKER
+from harness.run.rundir import MARKER
 from harness.schema import schema_errors
 
 CANDIDATES_DIR = "candidates"

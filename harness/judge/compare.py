@@ -58,7 +58,7 @@ from harness.records.verdict import (
     VerdictStatus,
 )
 from harness.run import environment
-from harness.run.record import MARKER, utc_now
+from harness.run.rundir import MARKER, utc_now
 from harness.schema import check, schema_errors
 
 VERDICT_FILE = "verdict.json"

@@ -55,7 +55,7 @@ from harness.judge.tiers import (
 from harness.records.base import dump
 from harness.records.baseline import Policy, Throughput
 from harness.records.verdict import BaselineUsed, Change, Check, CrossCheck, RunJudged, Verdict
-from harness.run.record import utc_now
+from harness.run.rundir import utc_now
 
 FOREIGN_TIERS = (BAND.name, STATISTICAL.name)  # what a log can be judged by (and a baseline from logs records)
 REWARD = "critic/score/mean"

@@ -12,7 +12,7 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.records.baseline import ThroughputPolicy
 from harness.run.cpuload import IDLE_METRIC, OTHERS_METRIC, contended
-from harness.run.record import read_metrics
+from harness.run.rundir import read_metrics
 
 # Wall-clock dependent metrics: never compared bitwise or in a band (same as harness.core.trainer).
 TIMING_PREFIXES = ("timing_s/", "perf/")

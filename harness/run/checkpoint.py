@@ -51,7 +51,7 @@ from harness.core.device import rng_state, set_rng_state
 from harness.devices import accelerators
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
-from harness.run.record import utc_now
+from harness.run.rundir import utc_now
 from harness.schema import check
 from harness.statefile import check_regular, load_state, restore_like, save_state
 

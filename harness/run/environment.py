@@ -96,7 +96,7 @@ def live_summary(res: Any, runtime: Runtime, world: int) -> Environment:
     """The environment a run started now by this process would record (for choosing its tier up front)."""
     from harness import __version__, numerics
     from harness.config.profiles import probe_machine
-    from harness.run.record import git_revision, software_versions
+    from harness.run.rundir import git_revision, software_versions
 
     numerics.activate()
     pin = numerics.record()

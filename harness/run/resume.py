@@ -36,7 +36,7 @@ from harness.errors import HarnessError
 from harness.jsonio import load_json_strict
 from harness.mlperf import LOG_FILE, read_events
 from harness.run.checkpoint import load_trainer_state, newest_checkpoint, verify_layout
-from harness.run.record import MARKER
+from harness.run.rundir import MARKER
 from harness.schema import check
 
 RECORD_FILES = ("metrics.jsonl", LOG_FILE)

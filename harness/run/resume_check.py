@@ -1,6 +1,6 @@
 """The ``ckpt-resume`` check: N steps straight vs N/2 + SIGTERM + resume N/2, compared bitwise.
 
-Both runs are child ``harness run`` processes (:class:`harness.run.runtime.spec.RunSpec`); the
+Both runs are child ``harness run`` processes (:class:`harness.run.runtime.run_args.RunSpec`); the
 interrupted one stops itself after its half with ``HARNESS_STOP_AFTER_STEP`` and is continued with
 ``--resume`` by the rule of :mod:`harness.run.resume`.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.config.recipe import Resolved
 from harness.errors import EXIT_FINDINGS, HarnessError
-from harness.run.runtime.spec import RunSpec, set_args
+from harness.run.runtime.run_args import RunSpec, set_args
 
 
 def metric_mismatch(a: list[dict[str, Any]], b: list[dict[str, Any]],
@@ -71,7 +71,7 @@ def ckpt_resume_check(res: Resolved, workdir: Path, steps: int, *, nproc: int = 
     fit in the free space under ``workdir`` (:func:`checkpoint_bytes`), it is ``-1`` by itself, with a
     notice. Returns ``{"pass", "steps", "first_mismatch", "straight", "resumed", "save_freq"}``.
     """
-    from harness.run.record import read_metrics
+    from harness.run.rundir import read_metrics
 
     if steps < 2:
         raise HarnessError(f"ckpt-resume needs at least 2 steps, got {steps}", key_path="--steps",

@@ -37,8 +37,8 @@ from harness.records.baseline import ROLLOUTS_KEY, Baseline
 from harness.run.checkpoint import Interrupted, clean_partial, load_checkpoint, save_checkpoint
 from harness.run.cpuload import StepLoad
 from harness.run.hooks import callbacks_from_env, parse_fault
-from harness.run.record import RunRecord, git_revision, software_versions, utc_now
 from harness.run.resume import ResumePlan, plan_resume
+from harness.run.rundir import RunRecord, git_revision, software_versions, utc_now
 
 
 def runtime_info(kind: str, world: int) -> dict[str, Any]:

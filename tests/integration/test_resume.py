@@ -20,8 +20,8 @@ import pytest
 
 from harness.config.recipe import resolve
 from harness.errors import HarnessError
-from harness.run.record import read_metrics
 from harness.run.resume_check import ckpt_resume_check, metric_mismatch
+from harness.run.rundir import read_metrics
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from harness.errors import HarnessError
 from harness.run import checkpoint as ck
 from harness.run import resume as rs
 from harness.run import resume_check as rc
-from harness.run.record import read_metrics, truncate_metrics
+from harness.run.rundir import read_metrics, truncate_metrics
 
 
 class _Loader:

@@ -17,7 +17,7 @@ import torch
 import transformers
 
 from harness.core.decode import prefill_mask
-from harness.core.models import banned_bias
+from harness.core.model_builder import banned_bias
 from harness.core.rollout import draw_uniforms, generate
 
 V, EOS, PAD, IMG = 64, 1, 0, 60

@@ -15,7 +15,7 @@ from safetensors.torch import save
 from harness import jsonio
 from harness.config.recipe import resolve
 from harness.core import data as dt
-from harness.core import models
+from harness.core import model_builder
 from harness.errors import HarnessError
 from harness.statefile import SAFETENSORS_HEADER_LIMIT, load_state, safetensors_index, save_state
 
@@ -131,7 +131,7 @@ def _model_dir(tmp_path: Path, spec, weights: bytes = b"", **config) -> Path:
     d = tmp_path / "m"
     d.mkdir()
     text = spec.model.architecture.text
-    doc = {"model_type": "qwen3", **{f: getattr(text, f) for f in models.TEXT_FIELDS}, **config}
+    doc = {"model_type": "qwen3", **{f: getattr(text, f) for f in model_builder.TEXT_FIELDS}, **config}
     (d / "config.json").write_text(json.dumps(doc))
     (d / "model.safetensors").write_bytes(weights)
     return d
@@ -139,7 +139,7 @@ def _model_dir(tmp_path: Path, spec, weights: bytes = b"", **config) -> Path:
 
 def _build(spec, path: Path):
     cfg = spec.model_copy(update={"model": spec.model.model_copy(update={"path": str(path)})})
-    return models.build_models(cfg, {"pad": 0, "eos": 1, "image_pad": 2, "video_pad": 3, "vision_start": 4,
+    return model_builder.build_models(cfg, {"pad": 0, "eos": 1, "image_pad": 2, "video_pad": 3, "vision_start": 4,
                                      "vision_end": 5}, torch.device("cpu"), 0, with_ref=False)
 
 

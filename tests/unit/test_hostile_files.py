@@ -21,7 +21,7 @@ from harness.errors import HarnessError
 from harness.jsonio import open_new, write_bytes_atomic
 from harness.mlperf import MlperfLog, read_events
 from harness.run import checkpoint as ck
-from harness.run.record import RunRecord, truncate_metrics
+from harness.run.rundir import RunRecord, truncate_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 UTC = "2026-01-01T00:00:00Z"
@@ -134,11 +134,11 @@ except HarnessError as err:
 
 
 def test_a_new_record_that_cannot_open_its_log_says_so_in_the_manifest(tmp_path: Path, manifest, monkeypatch) -> None:
-    from harness.run import record
+    from harness.run import rundir
 
     def refuse(*a: Any, **k: Any) -> None:
         raise HarnessError("not a regular file (a FIFO, device or socket); not written", file="mlperf.log")
-    monkeypatch.setattr(record, "MlperfLog", refuse)
+    monkeypatch.setattr(rundir, "MlperfLog", refuse)
     body = {k: v for k, v in manifest.items() if k not in ("schema_version", "status", "created_utc",
                                                            "finished_utc", "error")}
     with pytest.raises(HarnessError, match="not a regular file"):

@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, read_bytes_limited, write_text_atomic
-from harness.run.record import MARKER, RunRecord, read_metrics
+from harness.run.rundir import MARKER, RunRecord, read_metrics
 
 
 def test_repeated_or_unordered_steps_are_refused(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from harness.commands import run as run_cmd
 from harness.run.runtime import rank
-from harness.run.runtime.spec import RunSpec, set_args
+from harness.run.runtime.run_args import RunSpec, set_args
 
 FULL = RunSpec("recipes/r.json", "cpu", "smoke", out="runs/x", steps=4, overrides=("seed=7", "model.dtype=\"float64\""),
                runtime="local", stage="train", quiet=True, tier="replay", baseline="baselines/r/cpu-smoke.json")

@@ -74,7 +74,7 @@ def test_the_typed_recipe_refuses_what_its_schema_refuses() -> None:
     import pytest
 
     from harness.config.recipe import resolve
-    from harness.core.spec import Recipe
+    from harness.core.typed_recipe import Recipe
 
     doc = resolve("qwen3_vl_30b", "cpu", "smoke").config
     arr = doc["actor_rollout_ref"]

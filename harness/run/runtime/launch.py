@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.config.recipe import Resolved
 from harness.errors import EXIT_FINDINGS, HarnessError
 from harness.run.plan import RunPlan
-from harness.run.runtime.spec import RunSpec
+from harness.run.runtime.run_args import RunSpec
 
 
 def choose_runtime(requested: str, res: Resolved, image: str | None) -> tuple[str, str | None]:

@@ -30,7 +30,7 @@ def cpu_world(res: Resolved, nproc: int) -> Resolved:
 
 
 def parser() -> argparse.ArgumentParser:
-    """A rank's arguments (built by :meth:`harness.run.runtime.spec.RunSpec.rank_args`)."""
+    """A rank's arguments (built by :meth:`harness.run.runtime.run_args.RunSpec.rank_args`)."""
     p = argparse.ArgumentParser(prog="harness.run.runtime.rank")
     p.add_argument("recipe")
     p.add_argument("--profile", required=True)

@@ -27,8 +27,8 @@ from harness.errors import EXIT_FINDINGS, HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
 from harness.paths import RECIPES_DIR
 from harness.run.checkpoint import interrupt_exit_code
-from harness.run.record import MARKER, utc_now
-from harness.run.runtime.spec import RunSpec, set_args
+from harness.run.rundir import MARKER, utc_now
+from harness.run.runtime.run_args import RunSpec, set_args
 
 
 def _free_port() -> int:

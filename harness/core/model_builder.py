@@ -21,7 +21,7 @@ from typing import Any, TypedDict
 import torch
 from torch import Tensor
 
-from harness.core.spec import Recipe, TextArch
+from harness.core.typed_recipe import Recipe, TextArch
 from harness.errors import HarnessError
 from harness.jsonio import TENSOR_INDEX_KEYS, MiB, load_json_strict
 from harness.statefile import safetensors_index
@@ -97,10 +97,10 @@ def build_config(cfg: Recipe, token_ids: dict[str, int]) -> Any:
     if family == "qwen3":
         return transformers.Qwen3Config(**common)
     if family == "qwen3_moe":
-        assert moe is not None, "a qwen3_moe recipe has an expert block (harness.core.spec.Model checks it)"
+        assert moe is not None, "a qwen3_moe recipe has an expert block (harness.core.typed_recipe.Model checks it)"
         return transformers.Qwen3MoeConfig(norm_topk_prob=moe.norm_topk_prob, **common)
     # qwen3_vl_moe
-    assert arch.vision is not None, "a qwen3_vl_moe recipe has a vision tower (harness.core.spec.Model checks it)"
+    assert arch.vision is not None, "a qwen3_vl_moe recipe has a vision tower (harness.core.typed_recipe.Model checks it)"
     vis = arch.vision.model_dump()
     vision_config = {k: vis[k] for k in ("depth", "hidden_size", "intermediate_size", "num_heads", "patch_size",
                                          "temporal_patch_size", "spatial_merge_size", "out_hidden_size",

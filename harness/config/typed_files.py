@@ -1,7 +1,7 @@
 """The typed hardware profile and the recipe file around the typed recipe: pydantic models, the source of
-``schemas/v1/{recipe,profile}.schema.json`` (the resolved recipe itself is :mod:`harness.core.spec`).
+``schemas/v1/{recipe,profile}.schema.json`` (the resolved recipe itself is :mod:`harness.core.typed_recipe`).
 
-A recipe file is the engine's :class:`~harness.core.spec.Recipe` plus its ``scales`` and ``profiles``:
+A recipe file is the engine's :class:`~harness.core.typed_recipe.Recipe` plus its ``scales`` and ``profiles``:
 deep-merge patches, checked by validating the merged result.
 """
 
@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
-from harness.core.spec import Recipe, Section
+from harness.core.typed_recipe import Recipe, Section
 from harness.records.base import PROFILE_NAME, Registered, field
 from harness.records.common import Interconnect
 

@@ -1,7 +1,7 @@
 """The typed recipe the engine takes: pydantic models, the single source of the recipe's JSON Schemas.
 
 ``schemas/v1/{recipe,resolved-recipe}.schema.json`` are generated from these models (with the recipe
-file's scale and profile patches from :mod:`harness.config.models`; :mod:`harness.config.schema_defs`
+file's scale and profile patches from :mod:`harness.config.typed_files`; :mod:`harness.config.schema_defs`
 writes them) and committed; a test fails when they drift. Each field carries
 its description, bounds and, where ``--set dotted.path=value`` may change it, ``x-overridable``
 (numeric hyperparameters, steps, seed, batch and length settings, ``model.dtype``). Enums of
@@ -35,7 +35,7 @@ MAX_GROUP = 1024
 MAX_SEED = 2**32 - 1  # NumPy's legacy seed range
 ONE_LINE = r"^[^\u0000-\u001f\u007f-\u009f]+$"  # no control character: text an exported launcher copies
 ONE_LINE_FIX = {"x-fix": "write it on one line, without control characters (newline, tab, escape, ...)"}
-Family = Literal["qwen3", "qwen3_moe", "qwen3_vl_moe"]  # each picks a transformers class (harness.core.models)
+Family = Literal["qwen3", "qwen3_moe", "qwen3_vl_moe"]  # each picks a transformers class (harness.core.model_builder)
 FAMILIES: tuple[str, ...] = get_args(Family)
 CODE_NOTE = (" Loads code: must stay null unless security.allow_code_loading is true and the model revision is "
              "pinned (rule code-loading-key).")
