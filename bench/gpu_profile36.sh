@@ -3,6 +3,7 @@
 #   wlong    bench/grpo_step.py --preset w-long, both sides in one run (ours on the project's transformers 5.24,
 #            TRL on the image's 5.17, as in bench/README.md "Run it")
 #   profile  bench/w_profile.py on W (grpo_step.py's defaults): decode and update, where the time goes
+#   profile-long  the same on W-long (one warm step, no decode-batch sweep)
 # Run from a copy of the repository that holds the wheels in .whl/ (ours) and .whl-bench/ (TRL). With no git
 # metadata in the copy, BENCH_COMMIT (or the file COMMIT beside .whl/) names the commit it was made from.
 # Every log and result lands in $DEST (default $OUT, else /tmp/gpu36); $WLONG_ARGS adds flags to the w-long run.
@@ -43,6 +44,11 @@ for phase in "$@"; do
         ${PROFILE_ARGS:-} >"$DEST/profile.log" 2>&1
       rc=$?
       tail -45 "$DEST/profile.log" ;;
+    profile-long)  # W-long's decode and update (one warm step: its first step compiles and captures)
+      PYTHONPATH=$OURS_PATH timeout "${PROFILE_LONG_TIMEOUT:-300}" "$PY" bench/w_profile.py --preset w-long \
+        --warm-steps 1 --decode-batches "" --out "$DEST" ${PROFILE_ARGS:-} >"$DEST/profile-w-long.log" 2>&1
+      rc=$?
+      tail -30 "$DEST/profile-w-long.log" ;;
     *) echo "unknown phase $phase" >&2; rc=2 ;;
   esac
   summary "$phase rc=$rc wall_s=$((SECONDS - t0))"

@@ -20,7 +20,8 @@ update
   * one update under torch.profiler, kernels grouped into classes by name (grouped GEMM of the experts, dense
     GEMM, attention, optimizer, compiled Triton, elementwise, ...), with the GEMMs' FLOPs and achieved rates.
 
-Writes ``<out>/w-profile.json`` (every figure) and ``<out>/w-profile-tables.txt`` (the profiler tables).
+Writes ``<out>/w-profile.json`` (every figure) and ``<out>/w-profile-tables.txt`` (the profiler tables);
+``--preset w-long`` profiles W-long instead (``w-profile-w-long.*``).
 
     python bench/w_profile.py --out DIR                       # CUDA: W
     python bench/w_profile.py --tiny --device cpu --out DIR   # the script itself (static eager decode on CPU)
@@ -55,10 +56,10 @@ KERNEL_CLASSES: list[tuple[str, str]] = [
     ("attention", r"flash|fmha|attention|attn"),
     ("dense GEMM", r"gemm|nvjet|xmma|cutlass|cublas|sm90_|sm80_|wgmma"),
     ("compiled (Triton)", r"^triton"),
-    ("sort / histogram / scan (routing)", r"sort|radix|histo|histc|scan|cumsum|topk|bitonic"),
+    ("sort / top-k / scan", r"sort|radix|histo|histc|scan|cumsum|topk|bitonic"),
     ("index / gather / scatter", r"index|gather|scatter|embedding"),
-    ("reduction", r"reduce|norm|softmax"),
-    ("copy / cast / cat", r"copy|cast|cat_|CatArray|memcpy|memset|fill"),
+    ("reduction / softmax", r"reduce|norm|softmax"),
+    ("copy / cast / cat / fill", r"direct_copy|bfloat16_copy|copy_kernel|CatArray|memcpy|memset|FillFunctor"),
     ("elementwise", r"elementwise|vectorized|unrolled|pointwise"),
 ]
 
@@ -105,9 +106,14 @@ def start_profiler(device: torch.device) -> Any:
     return prof
 
 
+ANNOTATION = re.compile(r"^(M:|phase:|replay$|decode_step$|Optimizer\.)|#\w+\.\w+$")
+
+
 def device_kernels(prof: Any) -> list[Any]:
-    """The profile's device-side kernel events (CUDA); empty on CPU."""
-    return [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    """The profile's device-side kernels and copies (CUDA), without the ranges a profiler draws on the device
+    timeline for CPU-side annotations (``record_function``, ``Optimizer.step#AdamW.step``); empty on CPU."""
+    return [e for e in prof.events() if e.device_type == DeviceType.CUDA
+            and not getattr(e, "is_user_annotation", False) and not ANNOTATION.search(e.name)]
 
 
 def kernel_table(kernels: list[Any], per: float, top: int = 45) -> tuple[str, list[dict[str, Any]]]:
@@ -319,10 +325,11 @@ def build(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     from harness.core.spec import Recipe
     from harness.core.trainer import GRPOTrainer
 
-    bargs = gs.parse_args(["--tiny"] if args.tiny else [])
+    bargs = gs.parse_args(["--preset", args.preset] + (["--tiny"] if args.tiny else []))
     wl = gs.workload(bargs, device)
     peak = gs.measure_peak_tflops(device)
-    cfg, source = gs.build_cfg(wl, device, 4 if args.tiny else None, 8 if args.tiny else None, False)
+    cfg, source = gs.build_cfg(wl, device, bargs.micro or (4 if args.tiny else None),
+                               bargs.logprob_micro or (8 if args.tiny else None), False)
     tr = GRPOTrainer(Recipe.model_validate(cfg), device=device, peak_tflops=peak)
     if device.type != "cuda":
         tr.decode_engine = "static"  # the CPU check exercises the static decoder the probe wraps
@@ -484,6 +491,7 @@ def update_flops(w: dict[str, Any]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tiny", action="store_true")
+    p.add_argument("--preset", choices=tuple(gs.PRESETS), default="w", help="grpo_step.py's workload preset")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     p.add_argument("--warm-steps", type=int, default=2)
     p.add_argument("--graph-profiled", type=int, default=64, help="decode replays under the profiler")
@@ -665,9 +673,10 @@ def main(argv: list[str] | None = None) -> int:
                   + prof.key_averages().table(sort_by="self_device_time_total" if device.type == "cuda"
                                               else "self_cpu_time_total", row_limit=50))
     res["wall_s"] = time.perf_counter() - t_start
-    (out / "w-profile.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
-    (out / "w-profile-tables.txt").write_text("\n\n".join(tables) + "\n")
-    print(f"[profile] wrote {out / 'w-profile.json'} and {out / 'w-profile-tables.txt'} in {res['wall_s']:.0f} s")
+    stem = "w-profile" if args.preset == "w" else f"w-profile-{args.preset}"
+    (out / f"{stem}.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
+    (out / f"{stem}-tables.txt").write_text("\n\n".join(tables) + "\n")
+    print(f"[profile] wrote {out / stem}.json and {out / stem}-tables.txt in {res['wall_s']:.0f} s")
     summary(res)
     return 0
 
