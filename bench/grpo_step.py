@@ -42,6 +42,15 @@ FULL_WIDTH = dict(hidden=2048, heads=32, kv_heads=4, head_dim=128, intermediate=
                   moe_inter=768, vocab=151936)
 TINY = dict(hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128, experts=8, top_k=2, moe_inter=32, vocab=512,
             layers=2, prompts=4, n=2, prompt_len=16, response_len=16)
+# "w-long": W's model at the seed recipe's lengths (qwen3_vl_30b: 1,024 prompt + 2,048 response tokens), W's batch of
+# 16 x 8 sequences. Micro-batches of 8 sequences (24,576 tokens, 1.5x W's 32 x 512) on both sides; 3 steps, 1 warm-up
+# (TRL's step is over a minute there). --tiny keeps the tiny model and batch at 32 + 64 tokens.
+PRESETS: dict[str, dict[str, int]] = {
+    "w": dict(steps=5, warmup=2, prompts=16, n=8, prompt_len=256, response_len=256),
+    "w-long": dict(steps=3, warmup=1, prompts=16, n=8, prompt_len=1024, response_len=2048, micro=8, logprob_micro=16,
+                   trl_micro=8),
+}
+TINY_LONG = dict(prompt_len=32, response_len=64)
 LR, CLIP_GRAD, KL_COEF, KL_TYPE, CLIP_EPS, TEMPERATURE, SEED = 1e-6, 1.0, 0.01, "low_var_kl", 0.2, 1.0, 42
 
 
@@ -49,20 +58,24 @@ LR, CLIP_GRAD, KL_COEF, KL_TYPE, CLIP_EPS, TEMPERATURE, SEED = 1e-6, 1.0, 0.01, 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--side", choices=("ours", "trl", "both"), default="both")
-    p.add_argument("--steps", type=int, default=5, help="GRPO steps per side (the first --warmup are not counted)")
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--preset", choices=tuple(PRESETS), default="w",
+                   help="w: W (256 + 256 tokens); w-long: W's model at 1,024 + 2,048 tokens (bench/README.md). "
+                        "Flags given explicitly override the preset's values")
+    p.add_argument("--steps", type=int, default=None,
+                   help="GRPO steps per side (the first --warmup are not counted); w: 5, w-long: 3")
+    p.add_argument("--warmup", type=int, default=None, help="w: 2, w-long: 1")
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--prompts", type=int, default=16)
-    p.add_argument("--n", type=int, default=8, help="samples per prompt")
-    p.add_argument("--prompt-len", type=int, default=256)
-    p.add_argument("--response-len", type=int, default=256)
+    p.add_argument("--prompts", type=int, default=None, help="w, w-long: 16")
+    p.add_argument("--n", type=int, default=None, help="samples per prompt (w, w-long: 8)")
+    p.add_argument("--prompt-len", type=int, default=None, help="w: 256, w-long: 1024")
+    p.add_argument("--response-len", type=int, default=None, help="w: 256, w-long: 2048")
     p.add_argument("--tiny", action="store_true", help="tiny model and batch (CPU check of the script)")
     p.add_argument("--micro", type=int, default=None,
-                   help="ours: update micro-batch in sequences (default: the recipe's reduced scale, 32)")
+                   help="ours: update micro-batch in sequences (w: the recipe's reduced scale, 32; w-long: 8)")
     p.add_argument("--logprob-micro", type=int, default=None,
-                   help="ours: old/ref log-prob micro-batch in sequences (default: the recipe's reduced scale, 64)")
+                   help="ours: old/ref log-prob micro-batch in sequences (w: the recipe's reduced scale, 64; w-long: 16)")
     p.add_argument("--trl-micro", type=int, default=None,
-                   help="TRL per_device_train_batch_size (default 32, i.e. 4 accumulation steps for 128 completions)")
+                   help="TRL per_device_train_batch_size (w: 32, i.e. 4 accumulation steps for 128 completions; w-long: 8)")
     p.add_argument("--gradient-checkpointing", action="store_true",
                    help="recompute activations in the backward, on both sides (default off on both)")
     p.add_argument("--peak-tflops", type=float, default=None, help="default: measured (a large matmul)")
@@ -76,9 +89,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     p.add_argument("--child-out", default=None, help=argparse.SUPPRESS)  # set by --side both for its subprocesses
     args = p.parse_args(argv)
+    explicit = {key for key in PRESETS[args.preset] if getattr(args, key) is not None}
+    for key, value in PRESETS[args.preset].items():  # explicit flags win over the preset
+        if key not in explicit:
+            setattr(args, key, value)
     if args.tiny:
+        for key in ("micro", "logprob_micro", "trl_micro"):  # the tiny batch keeps its own micro-batches
+            if key not in explicit:
+                setattr(args, key, None)
         for key in ("layers", "prompts", "n", "prompt_len", "response_len"):
             setattr(args, key, TINY[key])
+        if args.preset == "w-long":
+            args.prompt_len, args.response_len = TINY_LONG["prompt_len"], TINY_LONG["response_len"]
     return args
 
 
@@ -98,7 +120,7 @@ def sync(device: torch.device) -> None:
 
 def workload(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     arch = {k: v for k, v in TINY.items() if k in FULL_WIDTH} if args.tiny else dict(FULL_WIDTH)
-    return dict(arch, layers=args.layers, prompts=args.prompts, n=args.n, prompt_len=args.prompt_len,
+    return dict(arch, preset=args.preset, layers=args.layers, prompts=args.prompts, n=args.n, prompt_len=args.prompt_len,
                 response_len=args.response_len, sequences=args.prompts * args.n,
                 tokens_per_step=args.prompts * args.n * (args.prompt_len + args.response_len),
                 dtype="bfloat16" if device.type == "cuda" else "float32", lr=LR, clip_grad=CLIP_GRAD,
@@ -462,6 +484,8 @@ def versions() -> dict[str, Any]:
         out["harness_commit"] = head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "") or None
     except (OSError, subprocess.SubprocessError):
         out["harness_commit"] = None
+    if os.environ.get("BENCH_COMMIT"):  # a copy without git metadata (the device's): the commit it was made from
+        out["harness_commit"] = os.environ["BENCH_COMMIT"] + " (BENCH_COMMIT)"
     return out
 
 
@@ -510,6 +534,8 @@ def report(args: argparse.Namespace, device: torch.device, ours: dict[str, Any] 
     slug = re.sub(r"[^a-z0-9]+", "-", result["gpu"].lower()).strip("-") or "unknown"
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.preset != "w":
+        slug += f"-{args.preset}"
     path = out_dir / f"{datetime.date.today().isoformat()}-{slug}.json"
     k = 2
     while path.exists():
@@ -529,7 +555,7 @@ def print_table(r: dict[str, Any]) -> None:
         return "-" if v is None else format(v, fmt)
 
     wl = r["workload"]
-    print(f"\nGRPO step on {r['gpu']}: {wl['layers']} layers, hidden {wl['hidden']}, {wl['experts']} experts "
+    print(f"\nGRPO step ({wl.get('preset', 'w')}) on {r['gpu']}: {wl['layers']} layers, hidden {wl['hidden']}, {wl['experts']} experts "
           f"top-{wl['top_k']}, {wl['prompts']}x{wl['n']} sequences, {wl['prompt_len']}+{wl['response_len']} tokens "
           f"(peak {r['peak_tflops_measured'] or 0:.4g} TFLOPS measured)")
     rows = [("step s (median)", "step_s", ".3f", None), ("  generate s", "split_s", ".3f", "gen"),
