@@ -135,10 +135,9 @@ class DecodeProbe:
 
 # ----------------------------------------------------------------------------- W
 def build(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    from harness.core.typed_recipe import Recipe
-
     from harness.core.data import EncodedPrompt, Example
     from harness.core.trainer import GRPOTrainer
+    from harness.core.typed_recipe import Recipe
 
     bargs = gs.parse_args(["--preset", args.preset] + (["--tiny"] if args.tiny else []))
     wl = gs.workload(bargs, device)

@@ -22,12 +22,14 @@ import argparse
 import datetime as _dt
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import __version__
+from harness.config.typed_files import Profile
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError, shown
-from harness.jsonio import load_json_strict, write_bytes_atomic, write_json_atomic, write_text_atomic
+from harness.jsonio import write_bytes_atomic, write_json_atomic, write_text_atomic
 from harness.judge.attest import PUBLIC_KEY_FILE, load_signer, public_pem, sha256_regular, sign, statement
 from harness.judge.certify import (
     CERT_FILE,
@@ -46,7 +48,12 @@ from harness.judge.certify import (
 from harness.judge.pages import render
 from harness.mlperf import SYSTEM_DESC_FILE, system_description
 from harness.paths import PROFILES_DIR, ROOT
-from harness.schema import check
+from harness.records.base import dump, parse, read
+from harness.records.certificate import CertCheck, Certificate, SuiteEntry
+from harness.records.run import Manifest
+
+if TYPE_CHECKING:
+    from harness.config.recipe import Resolved
 
 HELP = "Certify this machine against a hardware profile: run its suite, write a self-verifying certificate."
 
@@ -62,37 +69,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no training progress output")
 
 
-def _plan(entry: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Plan:
+    """One suite entry resolved: what certify runs for it."""
+
+    entry: SuiteEntry
+    res: Resolved
+    steps: int
+    baseline: Path  # the reference baseline file
+    world: int  # training processes
+    runs: int  # 2 with a determinism repeat
+
+
+def _plan(entry: SuiteEntry, profile: Profile) -> Plan:
     """Resolve one entry and refuse (exit 2) what could not be certified, before anything runs."""
     from harness.config.recipe import resolve
     from harness.config.safety.check import preflight
     from harness.judge.baseline import load_baseline
 
-    res = resolve(entry["recipe"], profile["name"], entry["scale"])
-    ref = entry["numerics"]["reference_baseline"]
+    res = resolve(entry.recipe, profile.name, entry.scale)
+    ref = entry.numerics.reference_baseline
     path = ROOT / ref
     if not path.is_file():
-        src = baseline_profile(entry) or profile["name"]
-        raise HarnessError(f"reference baseline of entry '{entry['id']}' is missing", file=ref,
-                           fix=f"record it on a {src} machine: harness record-baseline {entry['recipe']} "
-                               f"--profile {src} --scale {entry['scale']} --seeds 3")
+        src = baseline_profile(entry) or profile.name
+        raise HarnessError(f"reference baseline of entry '{entry.id}' is missing", file=ref,
+                           fix=f"record it on a {src} machine: harness record-baseline {entry.recipe} "
+                               f"--profile {src} --scale {entry.scale} --seeds 3")
     baseline = load_baseline(path)
     if baseline.recipe.hash != res.recipe_hash:
-        raise HarnessError(f"reference baseline was recorded for another version of recipe '{entry['recipe']}'",
+        raise HarnessError(f"reference baseline was recorded for another version of recipe '{entry.recipe}'",
                            file=ref, key_path="/recipe/hash",
                            fix="re-record the baseline for the current recipe (compare refuses stale baselines)")
     t = res.spec.trainer
-    if t.nnodes > profile["nodes"]:
-        raise HarnessError(f"entry '{entry['id']}' needs {t.nnodes} nodes; the profile describes "
-                           f"{profile['nodes']}", key_path=f"entries/{entry['id']}",
+    if t.nnodes > profile.nodes:
+        raise HarnessError(f"entry '{entry.id}' needs {t.nnodes} nodes; the profile describes "
+                           f"{profile.nodes}", key_path=f"entries/{entry.id}",
                            fix="certify it on a multi-node allocation or drop it from the suite")
     preflight(res)
-    steps = int(entry["steps"] or t.total_training_steps)
-    return {"entry": entry, "res": res, "steps": steps, "baseline": path,
-            "world": t.nnodes * t.n_gpus_per_node, "runs": 2 if entry["determinism_repeat"] else 1}
+    steps = int(entry.steps or t.total_training_steps)
+    return Plan(entry, res, steps, path, t.nnodes * t.n_gpus_per_node, 2 if entry.determinism_repeat else 1)
 
 
-def _runtime(image: str | None, plans: list[dict[str, Any]]) -> tuple[str, str | None, str | None]:
+def _runtime(image: str | None, plans: list[Plan]) -> tuple[str, str | None, str | None]:
     """(runtime kind, image ref, image id)."""
     if image:
         from harness.run.runtime.docker import docker_status
@@ -102,17 +120,17 @@ def _runtime(image: str | None, plans: list[dict[str, Any]]) -> tuple[str, str |
             raise HarnessError(f"image {image} is not usable: {info}", key_path="--image",
                                fix="build it (`harness build-image cpu|cuda|ascend`) or load it into the daemon")
         return "docker", image, info
-    return ("torchrun" if any(p["world"] > 1 for p in plans) else "local"), None, None
+    return ("torchrun" if any(p.world > 1 for p in plans) else "local"), None, None
 
 
-def _train(plan: dict[str, Any], run_dir: Path, runtime: str, image: str | None, quiet: bool) -> None:
+def _train(plan: Plan, run_dir: Path, runtime: str, image: str | None, quiet: bool) -> None:
     from harness.run.plan import RunPlan
     from harness.run.runtime.launch import choose_runtime, train_stage
 
-    kind = runtime if runtime == "docker" or plan["world"] > 1 else "local"
-    kind, img = choose_runtime(kind, plan["res"], image)
-    train_stage(RunPlan(recipe=plan["res"].path, res=plan["res"], run_dir=run_dir, runtime=kind, image=img,
-                        steps=plan["steps"], quiet=quiet))
+    kind = runtime if runtime == "docker" or plan.world > 1 else "local"
+    kind, img = choose_runtime(kind, plan.res, image)
+    train_stage(RunPlan(recipe=plan.res.path, res=plan.res, run_dir=run_dir, runtime=kind, image=img,
+                        steps=plan.steps, quiet=quiet))
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -134,15 +152,16 @@ def execute(args: argparse.Namespace) -> int:
         raise HarnessError("HARNESS_FAULT is set; a certificate must not be produced with a fault injected",
                            key_path="HARNESS_FAULT", fix="unset HARNESS_FAULT")
     signer = load_signer(args.key) if args.key else None
-    profile = load_profile(args.profile)
+    profile_doc = load_profile(args.profile)  # checked by its schema
+    profile = Profile.model_validate(profile_doc)
     suite_file, suite = load_suite(args.profile)
     machine = probe_machine()
-    bad = mismatches(profile, machine)
+    bad = mismatches(profile_doc, machine)
     if bad:
         raise HarnessError(f"this machine does not match profile '{args.profile}' ({len(bad)} mismatch"
                            f"{'es' if len(bad) > 1 else ''}): " + "; ".join(bad), key_path="PROFILE",
                            fix="certify on the profile's hardware and software (`harness probe` shows this machine)")
-    plans = [_plan(e, profile) for e in suite["entries"]]
+    plans = [_plan(e, profile) for e in suite.entries]
     runtime, image, _ = _runtime(args.image, plans)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out or Path("runs") / f"certify-{args.profile}-{stamp}")
@@ -150,27 +169,27 @@ def execute(args: argparse.Namespace) -> int:
         raise HarnessError("is not a new or empty directory: every file of a certificate directory must be one "
                            "the certificate signs", file=str(out), key_path="--out", fix="choose another --out")
     out.mkdir(parents=True, exist_ok=True)
-    checks: list[dict[str, Any]] = []
+    checks: list[CertCheck] = []
     entries, entry_runs = [], []
-    manifests: list[tuple[str, dict[str, Any]]] = []
+    manifests: list[tuple[str, Manifest]] = []
     for plan in plans:
-        entry = plan["entry"]
-        dirs = [out / "runs" / entry["id"] / f"run-{k + 1}" for k in range(plan["runs"])]
+        entry = plan.entry
+        dirs = [out / "runs" / entry.id / f"run-{k + 1}" for k in range(plan.runs)]
         for k, d in enumerate(dirs):
-            print(f"certify {args.profile}: {entry['id']} run {k + 1}/{len(dirs)} ({plan['steps']} steps, "
+            print(f"certify {args.profile}: {entry.id} run {k + 1}/{len(dirs)} ({plan.steps} steps, "
                   f"{runtime}) -> {d}", file=sys.stderr, flush=True)
             try:
                 _train(plan, d, runtime, image, args.quiet)
             except HarnessError as err:  # a failed run fails its checks; the certificate says so
-                print(f"warning: {entry['id']} run {k + 1} failed: {err.one_line()}", file=sys.stderr)
-        manifests += [(rel(d, out), load_json_strict(d / "manifest.json")) for d in dirs
+                print(f"warning: {entry.id} run {k + 1} failed: {err.one_line()}", file=sys.stderr)
+        manifests += [(rel(d, out), read(d / "manifest.json", Manifest, "manifest")) for d in dirs
                       if (d / "manifest.json").is_file()]
         runs = [rel(d, out) for d in dirs]
-        checks += entry_checks(entry, profile, plan["baseline"], dirs, runs, write=True)
-        entries.append({"id": entry["id"], "recipe": entry["recipe"], "scale": entry["scale"], "steps": plan["steps"],
-                        "reference_baseline": entry["numerics"]["reference_baseline"],
-                        "tier": entry["numerics"]["tier"], "runs": runs})
-        entry_runs.append((entry["id"], dirs))
+        checks += entry_checks(entry, profile, plan.baseline, dirs, runs, write=True)
+        entries.append({"id": entry.id, "recipe": entry.recipe, "scale": entry.scale, "steps": plan.steps,
+                        "reference_baseline": entry.numerics.reference_baseline, "tier": entry.numerics.tier,
+                        "runs": runs})
+        entry_runs.append((entry.id, dirs))
     if not manifests:
         raise HarnessError("no run of the suite started, so there is nothing to certify", file=str(out),
                            fix="read the warnings above", exit_code=EXIT_FINDINGS)
@@ -181,24 +200,24 @@ def execute(args: argparse.Namespace) -> int:
     drop_training_state([d for _, dirs in entry_runs for d in dirs])
     system = derive_system(profile, [m for _, m in manifests], image)
     summary, result = summarize(checks)
-    recipes = sorted({Path(p["res"].path).resolve() for p in plans})
+    recipes = sorted({Path(p.res.path).resolve() for p in plans})
     doc: dict[str, Any] = {
         "schema_version": 1, "created_utc": utc_now(), "command": _command(args),
         "harness": {"version": __version__, **git_revision()},
-        "profile": {"name": profile["name"], "path": rel(PROFILES_DIR / f"{profile['name']}.json", ROOT),
-                    "description": profile["description"]},
-        "suite": {"path": rel(suite_file, ROOT), "notes": list(suite["notes"])},
-        "system": system, "entries": entries, "checks": checks,
-        "inputs": input_digests(ROOT, suite_file, PROFILES_DIR / f"{profile['name']}.json", recipes,
-                                sorted({p["baseline"] for p in plans}), system["runtime"]["image_id"]),
-        "results": result_digests(out, entry_runs), "summary": summary, "result": result,
+        "profile": {"name": profile.name, "path": rel(PROFILES_DIR / f"{profile.name}.json", ROOT),
+                    "description": profile.description},
+        "suite": {"path": rel(suite_file, ROOT), "notes": list(suite.notes)},
+        "system": dump(system), "entries": entries, "checks": [dump(c) for c in checks],
+        "inputs": input_digests(ROOT, suite_file, PROFILES_DIR / f"{profile.name}.json", recipes,
+                                sorted({p.baseline for p in plans}), system.runtime.image_id),
+        "results": result_digests(out, entry_runs), "summary": dump(summary), "result": result,
     }
-    check(doc, "certificate", str(out / CERT_FILE))
-    write_certificate(out, doc, signer)
+    cert = parse(doc, Certificate, "certificate", str(out / CERT_FILE))  # its schema, then written through its model
+    write_certificate(out, cert, signer)
     for c in checks:
-        print(shown(f"  {c['outcome'].upper():>4}  {c['entry']}  {c['name']}: {c['detail']}"))
-    print(shown(f"{result.upper()} certification of {args.profile}: {summary['checks'] - summary['failed']}/"
-                f"{summary['checks']} checks passed ({summary['not_applicable']} not applicable); "
+        print(shown(f"  {c.outcome.upper():>4}  {c.entry}  {c.name}: {c.detail}"))
+    print(shown(f"{result.upper()} certification of {args.profile}: {summary.checks - summary.failed}/"
+                f"{summary.checks} checks passed ({summary.not_applicable} not applicable); "
                 f"certificate: {out / CERT_FILE}"))
     if signer:
         keyid = signer.public_key.keyid
@@ -226,33 +245,34 @@ def drop_training_state(run_dirs: list[Path]) -> None:
                 shutil.rmtree(d / name)
 
 
-def write_certificate(out: Path, doc: dict[str, Any], signer: Any = None) -> None:
+def write_certificate(out: Path, cert: Certificate, signer: Any = None) -> None:
     """Everything of a certificate beside its runs: the copy of the inputs (verifiable against these even after
-    the repository moves on), the system description and the page (written from ``doc``), then
+    the repository moves on), the system description and the page (written from ``cert``), then
     ``certificate.json``, whose Statement names every one of those files and every run file as a subject,
     signed by ``signer`` (bare, UNSIGNED, without), and the signer's public key."""
-    package_inputs(doc["inputs"], ROOT, out)
-    write_json_atomic(out / SYSTEM_DESC_FILE, system_description(doc))
-    write_text_atomic(out / HTML_FILE, render_html(doc))
-    stmt = statement(doc, [(name, sha256_regular(out / name)) for name in (SYSTEM_DESC_FILE, HTML_FILE)])
+    package_inputs(cert.inputs, ROOT, out)
+    write_json_atomic(out / SYSTEM_DESC_FILE, system_description(cert))
+    write_text_atomic(out / HTML_FILE, render_html(cert))
+    stmt = statement(cert, [(name, sha256_regular(out / name)) for name in (SYSTEM_DESC_FILE, HTML_FILE)])
     write_json_atomic(out / CERT_FILE, sign(stmt, signer) if signer else stmt)
     if signer:
         write_bytes_atomic(out / PUBLIC_KEY_FILE, public_pem(signer))
 
 
 # ----------------------------------------------------------------------------- HTML
-def render_html(doc: dict[str, Any]) -> str:
-    s = doc["system"]
-    acc, host, rt = s["accelerator"], s["host"], s["runtime"]
+def render_html(doc: Certificate | dict[str, Any]) -> str:
+    """The certificate's page (a document is read into its model first)."""
+    cert = doc if isinstance(doc, Certificate) else Certificate.model_validate(doc)
+    s = cert.system
+    acc, host, rt = s.accelerator, s.host, s.runtime
     system = [
-        ("Accelerator", f"{acc['count']} x {acc['vendor']} {acc['model']} ({acc['memory_gb']} GB, peak "
-                        f"{acc['peak_bf16_tflops']} bf16 TFLOP/s)"),
-        ("Nodes", s["nodes"]), ("Host", f"{host['cpu_cores']} cores, {host['memory_gb']} GB ({host['hostname']})"),
-        ("Interconnect", f"intra-node: {s['interconnect']['intra_node']}; inter-node: "
-                         f"{s['interconnect']['inter_node']}"),
-        ("Collective backend", s["collective_backend"]),
-        ("Software", ", ".join(f"{k} {v}" for k, v in s["software"].items() if v is not None)),
-        ("Runtime", f"{rt['kind']}" + (f", image {rt['image']} ({rt['image_id']})" if rt["image"] else "")),
+        ("Accelerator", f"{acc.count} x {acc.vendor} {acc.model} ({acc.memory_gb} GB, peak "
+                        f"{acc.peak_bf16_tflops} bf16 TFLOP/s)"),
+        ("Nodes", s.nodes), ("Host", f"{host.cpu_cores} cores, {host.memory_gb} GB ({host.hostname})"),
+        ("Interconnect", f"intra-node: {s.interconnect.intra_node}; inter-node: {s.interconnect.inter_node}"),
+        ("Collective backend", s.collective_backend),
+        ("Software", ", ".join(f"{k} {v}" for k, v in s.software.items() if v is not None)),
+        ("Runtime", f"{rt.kind}" + (f", image {rt.image} ({rt.image_id})" if rt.image else "")),
     ]
-    return render("certificate.html.j2", title=f"Certificate: {doc['profile']['name']}", doc=doc, system=system,
+    return render("certificate.html.j2", title=f"Certificate: {cert.profile.name}", doc=cert, system=system,
                   cert_file=CERT_FILE)

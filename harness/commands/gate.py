@@ -19,7 +19,7 @@ from pathlib import Path
 from harness.commands import chosen_profile, steps_count
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
 from harness.jsonio import write_bytes_atomic, write_json_atomic, write_text_atomic
-from harness.judge.tiers import CKPT_RESUME, GROUPS, make_check
+from harness.judge.tiers import CKPT_RESUME, GROUPS, TIER_ORDER, make_check
 from harness.records.base import dump
 from harness.records.gate import Gate, GateEntry
 from harness.records.verdict import Check, Verdict
@@ -39,6 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ckpt-resume-steps", type=steps_count(0), default=6, metavar="N",
                    help="per recipe, also run N steps straight vs N/2 + resume N/2 and compare bitwise "
                         "(default 6; 0 = skip)")
+    p.add_argument("--tier", choices=TIER_ORDER, help="judge every recipe by this tier (default: each run's "
+                   "strictest eligible one; a runner that cannot reproduce the baselines bitwise replays them)")
     p.add_argument("--junit", type=Path, help="write JUnit XML here")
     p.add_argument("--summary", type=Path, help="write the Markdown summary here")
 
@@ -81,7 +83,7 @@ def run_one(recipe: str, profile: str, args: argparse.Namespace) -> GateEntry:
     from harness.run.runtime.run_args import RunSpec
 
     cmd = RunSpec(recipe, profile, args.scale, out=str(run_dir), steps=args.steps, runtime=args.runtime, quiet=True,
-                  baseline=str(bpath)).run_args()
+                  tier=args.tier, baseline=str(bpath)).run_args()
     print(f"gate: {recipe} ...", file=sys.stderr, flush=True)
     proc = harness_run(cmd, capture_output=True)
     vpath = run_dir / "verdict.json"

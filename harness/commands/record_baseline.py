@@ -12,6 +12,7 @@ existing baseline instead (throughput is only compared between runs on the same 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -19,7 +20,6 @@ from pathlib import Path
 
 from harness.commands import add_target_arguments, chosen_profile, steps_count
 from harness.errors import EXIT_OK, HarnessError
-from harness.records.baseline import ROLLOUTS_KEY
 
 HELP = "Record a baseline from N seeded runs (noise floor, throughput, memory, tolerance policy)."
 
@@ -47,6 +47,7 @@ def execute(args: argparse.Namespace) -> int:
     from harness.config.safety.check import preflight
     from harness.judge.baseline import default_path
     from harness.judge.baseline_record import record
+    from harness.judge.foreign import REWARD
     from harness.run.rundir import default_run_dir
 
     if args.steps is not None and args.steps < 1:
@@ -67,28 +68,26 @@ def execute(args: argparse.Namespace) -> int:
 
         ref = record_throughput(args.recipe, profile, args.scale, runs=args.seeds, steps=args.steps, out=out,
                                 runs_dir=runs_dir, progress=not args.quiet, force=args.force, log=log)
-        print(f"wrote {out}: throughput reference for {ref['device_model']} ({ref['threads']} threads): "
-              f"{ref['value']:,.0f} tok/s (spread {ref['relative_spread'] * 100:.1f}%)")
+        print(f"wrote {out}: throughput reference for {ref.device_model} ({ref.threads} threads): "
+              f"{ref.value:,.0f} tok/s (spread {ref.relative_spread * 100:.1f}%)")
         return EXIT_OK
-    doc = record(args.recipe, profile, args.scale, seeds=args.seeds, steps=args.steps, out=out, runs_dir=runs_dir,
-                 command=command, progress=not args.quiet, force=args.force, jobs=args.jobs,
-                 log=log)
-    tp = doc["throughput"]["references"][0]
-    score = doc["metrics"].get("critic/score/mean", {}).get("values", [None])[-1]
-    print(f"wrote {out}: {doc['steps']} steps x {1 + len(doc['noise_seeds'])} seeds; final reward "
-          f"{score if score is None else round(score, 4)}; throughput {tp['value']:,.0f} tok/s on {tp['device_model']} "
-          f"(spread {tp['relative_spread'] * 100:.1f}%); peak memory {doc['memory']['value']:.3f} GB; "
-          + (f"replay noise measured ({doc[ROLLOUTS_KEY]['perturbation']})" if doc.get(ROLLOUTS_KEY) else
+    b = record(args.recipe, profile, args.scale, seeds=args.seeds, steps=args.steps, out=out, runs_dir=runs_dir,
+               command=command, progress=not args.quiet, force=args.force, jobs=args.jobs, log=log)
+    tp = b.throughput.references[0]
+    reward = b.metrics.get(REWARD)
+    score = reward.values[-1] if reward and reward.values else None
+    print(f"wrote {out}: {b.steps} steps x {1 + len(b.noise_seeds)} seeds; final reward "
+          f"{score if score is None else round(score, 4)}; throughput {tp.value:,.0f} tok/s on {tp.device_model} "
+          f"(spread {tp.relative_spread * 100:.1f}%); peak memory {b.memory.value:.3f} GB; "
+          + (f"replay noise measured ({b.replay.perturbation})" if b.replay else
              "no replay tier (the model is too large to keep its initial policy; see the runs' manifests)"))
     return EXIT_OK
 
 
 def _from_logs(args: argparse.Namespace, res: object, out: Path) -> int:
     """A baseline from other trainers' logs (harness.judge.foreign), written once, atomically."""
-    from harness.jsonio import write_json_atomic
-    from harness.judge.baseline import DEFAULT_POLICY
-    from harness.judge.foreign import build_log_baseline
-    from harness.schema import check
+    from harness.judge.baseline import DEFAULT_POLICY, write_baseline
+    from harness.judge.foreign import FOREIGN_TIERS, REWARD, build_log_baseline
 
     bad = [f"--{k.replace('_', '-')}" for k in ("throughput_only", "steps", "runs_dir") if getattr(args, k)]
     if bad:
@@ -101,10 +100,11 @@ def _from_logs(args: argparse.Namespace, res: object, out: Path) -> int:
         "record-baseline") + 1:]) if "record-baseline" in sys.argv else \
         f"harness record-baseline {args.recipe} --from-log " + " --from-log ".join(args.from_log)
     doc = build_log_baseline(args.from_log, res, command=command, policy=DEFAULT_POLICY)
-    check(doc, "baseline", str(out))
-    write_json_atomic(out, doc)
-    score = doc["metrics"].get("critic/score/mean", {}).get("seed_window_means", [])
-    print(f"wrote {out}: {doc['steps']} steps x {len(doc['logs'])} {doc['logs'][0]['trainer']} logs; "
-          f"{len(doc['metrics'])} metrics (band, statistical); training reward window means "
+    b = write_baseline(out, doc)
+    reward = b.metrics.get(REWARD)
+    score = (reward.seed_window_means if reward else None) or [math.nan]
+    logs = b.logs or []
+    print(f"wrote {out}: {b.steps} steps x {len(logs)} {logs[0].trainer if logs else '?'} logs; "
+          f"{len(b.metrics)} metrics ({', '.join(FOREIGN_TIERS)}); training reward window means "
           f"{min(score):.4f}..{max(score):.4f}; no throughput reference (the logs' machine is unknown)")
     return EXIT_OK

@@ -52,13 +52,13 @@ def execute(args: argparse.Namespace) -> int:
     name = shown(args.file)
     for line in v.problems:
         print(shown(line))
-    doc = v.doc
-    if v.problems:
+    if v.problems or v.certificate is None:  # no problem: the certificate was read into its model
         print(f"FAILED {name}: {len(v.problems)} problem{'s' if len(v.problems) > 1 else ''}"
               + ("" if v.signed else " (and the certificate is UNSIGNED)"))
         return EXIT_FINDINGS
-    holds = shown(f"profile {doc['profile']['name']}, result {doc['result'].upper()} ({doc['summary']['checks']} "
-                  f"checks and the system block re-derived, {len(doc['inputs'])} inputs and {v.files} files match "
+    cert = v.certificate
+    holds = shown(f"profile {cert.profile.name}, result {cert.result.upper()} ({cert.summary.checks} "
+                  f"checks and the system block re-derived, {len(cert.inputs)} inputs and {v.files} files match "
                   f"their digests, nothing else in the directory; inputs checked in {v.root})")
     if not v.signed:
         print(f"UNSIGNED {name}: NOT verified. Its contents are consistent ({holds}), but no signature binds "

@@ -45,6 +45,8 @@ from typing import Any
 from harness.config.schema_defs import SCHEMA_BASE
 from harness.errors import EXIT_USAGE, HarnessError, os_error
 from harness.jsonio import dumps, loads_strict
+from harness.records.base import dump
+from harness.records.certificate import Certificate
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -234,20 +236,21 @@ def load_public_key(path: Path) -> Any:
 
 
 # ----------------------------------------------------------------------------- statements and envelopes
-def subjects(doc: dict[str, Any], docs: list[tuple[str, str]] | tuple[()] = ()) -> list[dict[str, Any]]:
+def subjects(cert: Certificate, docs: list[tuple[str, str]] | tuple[()] = ()) -> list[dict[str, Any]]:
     """The Statement's subjects: every file of the certificate's directory (path relative to it) with its digest,
     in order: the results the predicate digests, the copy of every input file (``inputs/<path>``, the input's
     digest) and the ``docs`` written from the predicate (``(name, sha256)``: the system description and the
     page). Only ``certificate.json`` itself and the public key beside it are not subjects."""
-    files = [(r["path"], r["sha256"]) for r in doc["results"]]
-    files += [(f"{INPUTS_DIR}/{i['path']}", i["sha256"]) for i in doc["inputs"] if i["path"] is not None]
+    files = [(r.path, r.sha256) for r in cert.results]
+    files += [(f"{INPUTS_DIR}/{i.path}", i.sha256) for i in cert.inputs if i.path is not None]
     files += list(docs)
     return [{"name": name, "digest": {"sha256": digest}} for name, digest in files]
 
 
-def statement(doc: dict[str, Any], docs: list[tuple[str, str]] | tuple[()] = ()) -> dict[str, Any]:
-    return {"_type": STATEMENT_TYPE, "subject": subjects(doc, docs), "predicateType": PREDICATE_TYPE,
-            "predicate": doc}
+def statement(cert: Certificate, docs: list[tuple[str, str]] | tuple[()] = ()) -> dict[str, Any]:
+    """The in-toto Statement of ``cert``: its subjects (:func:`subjects`), the certificate as its predicate."""
+    return {"_type": STATEMENT_TYPE, "subject": subjects(cert, docs), "predicateType": PREDICATE_TYPE,
+            "predicate": dump(cert)}
 
 
 def sign(stmt: dict[str, Any], signer: Any) -> dict[str, Any]:
@@ -412,19 +415,15 @@ def signature_problems(opened: Opened, pubkey: Any, name: str, pub_name: str) ->
     return []
 
 
-def subject_problems(opened: Opened, name: str) -> list[str]:
-    """The Statement's subjects must be exactly the predicate's files (:func:`subjects`) followed by the
-    :data:`DOCUMENTS`, each with a SHA-256."""
-    stmt = opened.statement
+def subject_problems(opened: Opened, cert: Certificate, name: str) -> list[str]:
+    """The Statement's subjects must be exactly the files of its predicate, read as ``cert`` (:func:`subjects`),
+    followed by the :data:`DOCUMENTS`, each with a SHA-256."""
     docs = documents(opened)
     missing = [d for d in DOCUMENTS if d not in docs]
     if missing:
         return [f"{name}::/subject: no subject for {missing[0]}: a file certify writes is not covered"]
-    try:
-        want = subjects(stmt["predicate"], [(d, docs[d]) for d in DOCUMENTS])
-    except (KeyError, TypeError):
-        return []  # the predicate's schema check reports it
-    got = stmt.get("subject")
+    want = subjects(cert, [(d, docs[d]) for d in DOCUMENTS])
+    got = opened.statement.get("subject")
     if got != want:
         got = got if isinstance(got, list) else []
         have = {(str(s.get("name")), str(s.get("digest"))) for s in got if isinstance(s, dict)}  # foreign: any type
@@ -447,14 +446,14 @@ def documents(opened: Opened) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------- the certificate's directory
-def expected_files(doc: dict[str, Any], opened: Opened, name: str) -> dict[str, tuple[str, str]]:
+def expected_files(cert: Certificate, opened: Opened, name: str) -> dict[str, tuple[str, str]]:
     """Every file the certificate's directory must hold -> (sha256, where the digest is given)."""
     out: dict[str, tuple[str, str]] = {}
-    for i, item in enumerate(doc["results"]):
-        out.setdefault(item["path"], (item["sha256"], f"{name}::/results/{i}"))
-    for i, item in enumerate(doc["inputs"]):
-        if item["path"] is not None:
-            out.setdefault(f"{INPUTS_DIR}/{item['path']}", (item["sha256"], f"{name}::/inputs/{i} (its copy)"))
+    for i, result in enumerate(cert.results):
+        out.setdefault(result.path, (result.sha256, f"{name}::/results/{i}"))
+    for i, item in enumerate(cert.inputs):
+        if item.path is not None:
+            out.setdefault(f"{INPUTS_DIR}/{item.path}", (item.sha256, f"{name}::/inputs/{i} (its copy)"))
     for doc_name, sha in documents(opened).items():
         out.setdefault(doc_name, (sha, f"{name}::/subject ({doc_name})"))
     return out

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.jsonio import file_sha256
+from harness.jsonio import file_sha256, write_json_atomic
 from harness.judge.series import (  # noqa: F401 - re-exported: the baseline's metric classes and helpers
     ATOL_OVERRIDES,
     BAND_EXCLUDED_PREFIXES,
@@ -72,6 +72,7 @@ from harness.records.common import Runtime
 from harness.records.run import Manifest
 from harness.run.environment import summary
 from harness.run.rundir import is_complete, utc_now
+from harness.schema import check
 
 DEFAULT_POLICY = Policy(
     band=BandPolicy(rtol=0.05, atol=1e-8, k_noise=3.0, noise_window=2, failures_per_50_steps=1),
@@ -108,6 +109,14 @@ def default_path(recipe: str, profile: str, scale: str, base: Path | None = None
     for what, name in (("recipe name", recipe), ("profile name", profile), ("scale name", scale)):
         safe_name(name, what=what)
     return (base or BASELINES_DIR) / recipe / f"{profile}-{scale}.json"
+
+
+def write_baseline(path: Path, doc: dict[str, Any]) -> Baseline:
+    """A baseline document checked by its schema, read into its model and written from it, atomically."""
+    check(doc, "baseline", str(path))
+    baseline = Baseline.model_validate(doc)
+    write_json_atomic(path, dump(baseline))
+    return baseline
 
 
 def load_baseline(path: Path) -> Baseline:

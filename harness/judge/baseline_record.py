@@ -31,10 +31,11 @@ from harness.judge.baseline import (
     quantile,
     reference_speeds,
     throughput_reference,
+    write_baseline,
 )
 from harness.judge.tiers import REPLAY
 from harness.records.base import dump, read
-from harness.records.baseline import ROLLOUTS_KEY, Policy
+from harness.records.baseline import ROLLOUTS_KEY, Baseline, Policy, ThroughputRef
 from harness.records.run import Manifest
 from harness.run.environment import summary
 from harness.run.runtime.run_args import RunSpec
@@ -116,7 +117,7 @@ def need_steady_steps(steps: int, policy: Policy) -> None:
 
 def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | None, out: Path, runs_dir: Path,
            command: str, progress: bool = True, force: bool = False, jobs: int = 1,
-           log: Callable[[str], None] = print) -> dict[str, Any]:
+           log: Callable[[str], None] = print) -> Baseline:
     """Seeded runs → baseline (with rollouts and replay noise), written to ``out`` at the very end.
 
     With ``jobs`` > 1 the seeds run concurrently and their throughput is not a solo run's: follow
@@ -149,7 +150,7 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
                              "perturbation": PERTURBATION, "noise": {}}
         write_json_atomic(scratch, doc)
         doc[ROLLOUTS_KEY]["noise"] = replay_noise(primary, profile, scale, scratch, doc, runs_dir, progress, log)
-    check(doc, "baseline", str(out))
+    check(doc, "baseline", str(out))  # before anything is moved into place
     if out.exists() and not force:
         raise HarnessError("a baseline appeared while recording", file=str(out), fix="pass --force to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -157,13 +158,12 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
         os.replace(rollouts_path(scratch), rollouts_path(out))
     elif rollouts_path(out).exists():
         rollouts_path(out).unlink()  # a replaced baseline's old archive would no longer match
-    write_json_atomic(out, doc)
-    return doc
+    return write_baseline(out, doc)
 
 
 def record_throughput(recipe: str, profile: str, scale: str, *, runs: int, steps: int | None, out: Path,
                       runs_dir: Path, progress: bool = True, force: bool = False,
-                      log: Callable[[str], None] = print) -> dict[str, Any]:
+                      log: Callable[[str], None] = print) -> ThroughputRef:
     """Add this machine's throughput reference (``runs`` runs, one after another) to an existing baseline."""
     from harness.config.recipe import resolve
 
@@ -190,6 +190,5 @@ def record_throughput(recipe: str, profile: str, scale: str, *, runs: int, steps
                            f"({ref.threads} threads)", file=str(out), fix="pass --force to replace it")
     raw = load_json_strict(out)  # the file as it is, only its references replaced
     raw["throughput"]["references"] = [dump(r) for r in refs if r not in same] + [dump(ref)]
-    check(raw, "baseline", str(out))
-    write_json_atomic(out, raw)
-    return dump(ref)
+    write_baseline(out, raw)
+    return ref

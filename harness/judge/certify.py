@@ -46,6 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from harness.config.typed_files import Profile
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_bytes_atomic
 from harness.judge.attest import (
@@ -72,10 +75,11 @@ from harness.judge.baseline import (
 from harness.judge.compare import refusal_reasons
 from harness.judge.tiers import BAND, EXACT, STATISTICAL, TIERS, Context, applied_with
 from harness.paths import ROOT, SUITES_DIR
-from harness.records.base import read
+from harness.records.base import dump, parse, read
+from harness.records.certificate import CertCheck, Certificate, DigestInput, Suite, SuiteEntry, Summary, System
 from harness.records.run import Manifest
 from harness.records.verdict import Verdict
-from harness.schema import check, schema_errors
+from harness.schema import pointer, schema_errors
 
 CERT_FILE = "certificate.json"
 HTML_FILE = "certificate.html"
@@ -115,28 +119,28 @@ def suite_path(profile: str, root: Path | None = None) -> Path:
     return (root / "recipes" / "certification" if root else SUITES_DIR) / f"{profile}.json"
 
 
-def load_suite_file(path: Path, profile: str | None = None) -> dict[str, Any]:
-    """Strict load + schema + cross-field checks (profile matches, unique ids, no cross-profile exact)."""
-    data = load_json_strict(path)
-    check(data, "suite", str(path))
-    if profile is not None and data["profile"] != profile:
-        raise HarnessError(f"suite is for profile '{data['profile']}', not '{profile}'", file=str(path),
+def load_suite_file(path: Path, profile: str | None = None) -> Suite:
+    """Strict load + schema, read into :class:`Suite`, then the cross-field checks (profile matches, unique ids,
+    no cross-profile exact)."""
+    suite = parse(load_json_strict(path), Suite, "suite", str(path))
+    if profile is not None and suite.profile != profile:
+        raise HarnessError(f"suite is for profile '{suite.profile}', not '{profile}'", file=str(path),
                            key_path="/profile", fix=f"set profile to '{profile}'")
     seen: set[str] = set()
-    for i, entry in enumerate(data["entries"]):
-        if entry["id"] in seen:
-            raise HarnessError(f"duplicate entry id '{entry['id']}'", file=str(path), key_path=f"/entries/{i}/id",
+    for i, entry in enumerate(suite.entries):
+        if entry.id in seen:
+            raise HarnessError(f"duplicate entry id '{entry.id}'", file=str(path), key_path=f"/entries/{i}/id",
                                fix="give every entry its own id")
-        seen.add(entry["id"])
+        seen.add(entry.id)
         ref = baseline_profile(entry)
-        if ref is not None and ref != data["profile"] and entry["numerics"]["tier"] == EXACT.name:
+        if ref is not None and ref != suite.profile and entry.numerics.tier == EXACT.name:
             raise HarnessError(f"exact tier against another profile's baseline ({ref})", file=str(path),
                                key_path=f"/entries/{i}/numerics/tier",
                                fix=f"use {BAND.name} (or {STATISTICAL.name}) for a cross-vendor reference")
-    return data
+    return suite
 
 
-def load_suite(profile: str) -> tuple[Path, dict[str, Any]]:
+def load_suite(profile: str) -> tuple[Path, Suite]:
     path = suite_path(profile)
     if not path.is_file():
         have = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.json"))) or "none"
@@ -145,10 +149,10 @@ def load_suite(profile: str) -> tuple[Path, dict[str, Any]]:
     return path, load_suite_file(path, profile)
 
 
-def baseline_profile(entry: dict[str, Any]) -> str | None:
+def baseline_profile(entry: SuiteEntry) -> str | None:
     """The profile a reference baseline was recorded on, from its file name ``<profile>-<scale>.json``."""
-    stem = Path(entry["numerics"]["reference_baseline"]).stem
-    suffix = f"-{entry['scale']}"
+    stem = Path(entry.numerics.reference_baseline).stem
+    suffix = f"-{entry.scale}"
     return stem[: -len(suffix)] if stem.endswith(suffix) else None
 
 
@@ -196,28 +200,30 @@ def judge_reference(run_dir: Path, baseline_path: Path, tier: str, *, write: boo
     return verdict
 
 
-def _check(entry: dict[str, Any], name: str, run: str, value: float | None, threshold: float | None,
-           comparison: str | None, unit: str, detail: str, outcome: str | None = None) -> dict[str, Any]:
-    doc = {"entry": entry["id"], "name": name, "run": run,
-           "value": value if value is None or math.isfinite(value) else None,
-           "threshold": threshold, "comparison": comparison, "unit": unit, "outcome": "pass", "detail": detail}
-    doc["outcome"] = outcome or derive_outcome(doc)
-    return doc
+def _check(entry: SuiteEntry, name: str, run: str, value: float | None, threshold: float | None,
+           comparison: str | None, unit: str, detail: str) -> CertCheck:
+    value = value if value is None or math.isfinite(value) else None
+    return CertCheck.model_validate({
+        "entry": entry.id, "name": name, "run": run, "value": value, "threshold": threshold,
+        "comparison": comparison, "unit": unit, "outcome": _outcome(value, threshold, comparison), "detail": detail})
 
 
-def derive_outcome(c: dict[str, Any]) -> str:
-    """pass/fail from value, comparison and threshold; a check without a comparison is not applicable."""
-    if c["comparison"] is None:
+def _outcome(value: float | None, threshold: float | None, comparison: str | None) -> str:
+    if comparison is None:
         return "not-applicable"
-    if c["value"] is None or c["threshold"] is None:
+    if value is None or threshold is None:
         return "fail"
-    ok = c["value"] >= c["threshold"] if c["comparison"] == ">=" else c["value"] <= c["threshold"]
+    ok = value >= threshold if comparison == ">=" else value <= threshold
     return "pass" if ok else "fail"
 
 
-def numerics_check(entry: dict[str, Any], run_dir: Path, run: str, baseline_path: Path, *,
-                   write: bool) -> dict[str, Any]:
-    tier = entry["numerics"]["tier"]
+def derive_outcome(c: CertCheck) -> str:
+    """pass/fail from value, comparison and threshold; a check without a comparison is not applicable."""
+    return _outcome(c.value, c.threshold, c.comparison)
+
+
+def numerics_check(entry: SuiteEntry, run_dir: Path, run: str, baseline_path: Path, *, write: bool) -> CertCheck:
+    tier = entry.numerics.tier
     try:
         v = judge_reference(run_dir, baseline_path, tier, write=write)
     except HarnessError as err:
@@ -228,7 +234,7 @@ def numerics_check(entry: dict[str, Any], run_dir: Path, run: str, baseline_path
     groups = applied_with(TIERS[v.tier]) if v.tier else []
     gated = [c for c in v.checks if c.group in groups]
     bad = [c for c in gated if not c.passed]
-    detail = (f"tier {v.tier} ({', '.join(v.tiers_applied)}) vs {entry['numerics']['reference_baseline']}: "
+    detail = (f"tier {v.tier} ({', '.join(v.tiers_applied)}) vs {entry.numerics.reference_baseline}: "
               f"{len(gated) - len(bad)}/{len(gated)} gated checks passed"
               + (f"; first failure {bad[0].group} {bad[0].metric}: {bad[0].detail}" if bad else ""))
     other = sorted({c.group for c in v.checks if c.group not in groups and not c.passed})
@@ -257,39 +263,38 @@ def _qname() -> str:
     return f"p{pol.quantile * 100:.0f} over steady steps (first {pol.warmup_steps} skipped)"
 
 
-def perf_checks(entry: dict[str, Any], profile: dict[str, Any], series: dict[str, dict[int, float]],
-                run: str) -> list[dict[str, Any]]:
+def perf_checks(entry: SuiteEntry, profile: Profile, series: dict[str, dict[int, float]], run: str) -> list[CertCheck]:
     out = []
+    acc = profile.accelerator
     tp, n, note = _steady_quantile(series, THROUGHPUT_METRIC)
-    floor = entry["throughput_floor_tokens_per_s_per_device"]
+    floor = entry.throughput_floor_tokens_per_s_per_device
     out.append(_check(entry, "throughput", run, tp, floor, ">=", "tokens/s/device",
                       f"{THROUGHPUT_METRIC} {_qname()}, {n} steps: "
                       + (f"{tp:,.1f}" if tp is not None else "no steady steps") + f" vs floor {floor:,.1f}{note}"))
     mfu, n, note = _steady_quantile(series, MFU_METRIC)
-    peak = profile["accelerator"]["peak_bf16_tflops"]
-    out.append(_check(entry, "mfu", run, mfu, entry["mfu_floor"], ">=", "fraction of peak",
-                      f"{MFU_METRIC} {_qname()} against {peak:g} TFLOP/s per device: "
+    out.append(_check(entry, "mfu", run, mfu, entry.mfu_floor, ">=", "fraction of peak",
+                      f"{MFU_METRIC} {_qname()} against {acc.peak_bf16_tflops:g} TFLOP/s per device: "
                       + (f"{mfu:.5f}" if mfu is not None else "no steady steps")
-                      + f" vs floor {entry['mfu_floor']:g}{note}"))
+                      + f" vs floor {entry.mfu_floor:g}{note}"))
     mem = [v for v in series.get(MEMORY_METRIC, {}).values() if math.isfinite(v)]
     peak_gb = max(mem) if mem else None
-    budget = entry["memory_budget_fraction"] * profile["accelerator"]["memory_gb"]
+    budget = entry.memory_budget_fraction * acc.memory_gb
     out.append(_check(entry, "memory", run, peak_gb, budget, "<=", "GB",
                       f"peak {MEMORY_METRIC} " + (f"{peak_gb:.3f} GB" if peak_gb is not None else "missing")
-                      + f" vs budget {entry['memory_budget_fraction']:g} x {profile['accelerator']['memory_gb']:g} GB"))
+                      + f" vs budget {entry.memory_budget_fraction:g} x {acc.memory_gb:g} GB"))
     return out
 
 
-def determinism_check(entry: dict[str, Any], run_dirs: list[Path], runs: list[str]) -> dict[str, Any]:
+def determinism_check(entry: SuiteEntry, run_dirs: list[Path], runs: list[str]) -> CertCheck:
     from harness.judge.tiers import bitwise_equal
 
     manifests = []
     for d, r in zip(run_dirs, runs):
         try:
-            manifests.append(load_json_strict(d / "manifest.json"))
+            manifests.append(read(d / "manifest.json", Manifest, "manifest"))
         except HarnessError:
             return _check(entry, "determinism", runs[-1], None, 0, "<=", "values", f"{r} has no readable manifest")
-    if not all(m.get("deterministic") for m in manifests):
+    if not all(m.deterministic for m in manifests):
         return _check(entry, "determinism", runs[-1], None, None, None, "values",
                       "not applicable: the resolved recipe is not deterministic")
     a, b = (load_series(d) for d in run_dirs[:2])
@@ -310,64 +315,60 @@ def determinism_check(entry: dict[str, Any], run_dirs: list[Path], runs: list[st
                   f"equal{first}")
 
 
-def entry_checks(entry: dict[str, Any], profile: dict[str, Any], baseline_path: Path, run_dirs: list[Path],
-                 runs: list[str], *, write: bool) -> list[dict[str, Any]]:
+def entry_checks(entry: SuiteEntry, profile: Profile, baseline_path: Path, run_dirs: list[Path], runs: list[str], *,
+                 write: bool) -> list[CertCheck]:
     """Every check of one entry from its run directories (``runs``: the same, as certificate paths)."""
     out = [numerics_check(entry, run_dirs[0], runs[0], baseline_path, write=write)]
     out += perf_checks(entry, profile, load_series(run_dirs[0]), runs[0])
-    if entry["determinism_repeat"]:
+    if entry.determinism_repeat:
         out.append(determinism_check(entry, run_dirs, runs))
     if write:
         for d in run_dirs[1:]:  # every run gets its verdict.json (digested like the first's)
             try:
-                judge_reference(d, baseline_path, entry["numerics"]["tier"], write=True)
+                judge_reference(d, baseline_path, entry.numerics.tier, write=True)
             except HarnessError:
                 pass
     return out
 
 
-def summarize(checks: list[dict[str, Any]]) -> tuple[dict[str, int], str]:
-    failed = sum(c["outcome"] == "fail" for c in checks)
-    na = sum(c["outcome"] == "not-applicable" for c in checks)
-    return {"checks": len(checks), "failed": failed, "not_applicable": na}, ("fail" if failed else "pass")
+def summarize(checks: list[CertCheck]) -> tuple[Summary, str]:
+    failed = sum(c.outcome == "fail" for c in checks)
+    na = sum(c.outcome == "not-applicable" for c in checks)
+    return Summary(checks=len(checks), failed=failed, not_applicable=na), ("fail" if failed else "pass")
 
 
 # ----------------------------------------------------------------------------- system under test
-def _kind(manifests: list[dict[str, Any]]) -> str:
-    kinds = [(m.get("runtime") or {}).get("kind") for m in manifests]
-    if any((m.get("runtime") or {}).get("image_id") for m in manifests):
+def _kind(manifests: list[Manifest]) -> str:
+    if any(m.runtime.image_id for m in manifests):
         return "docker"
-    return "torchrun" if "torchrun" in kinds else "local"
+    return "torchrun" if any(m.runtime.kind == "torchrun" for m in manifests) else "local"
 
 
-def derive_system(profile: dict[str, Any], manifests: list[dict[str, Any]], image: str | None) -> dict[str, Any]:
+def derive_system(profile: Profile, manifests: list[Manifest], image: str | None) -> System:
     """The certificate's ``system`` block: the machine, software and runtime the runs' manifests recorded
     (the first run's; :func:`system_disagreements` requires the others to agree), plus the profile's
     vendor, peak, nodes, interconnect and backend. ``image`` is the ``--image`` reference as given."""
     first = manifests[0]
-    acc, mach, rt = profile["accelerator"], first.get("machine") or {}, first.get("runtime") or {}
-    software = dict(first.get("software") or {})
-    software.update(accelerator_driver=mach.get("driver"), accelerator_runtime=mach.get("runtime"))
+    acc, mach, rt = profile.accelerator, first.machine, first.runtime
+    software: dict[str, Any] = {**dump(first.software), "accelerator_driver": mach.driver,
+                                "accelerator_runtime": mach.runtime}
     kind = _kind(manifests)
-    return {
-        "accelerator": {"vendor": acc["vendor"], "model": mach.get("device_model"), "count": mach.get("device_count"),
-                        "memory_gb": mach.get("device_memory_gb"), "peak_bf16_tflops": acc["peak_bf16_tflops"]},
-        "nodes": profile["nodes"],
-        "host": {"cpu_cores": mach.get("cpu_cores"), "memory_gb": mach.get("host_memory_gb"),
-                 "hostname": mach.get("hostname")},
-        "interconnect": dict(profile["interconnect"]),
-        "collective_backend": profile["collective_backend"],
+    return System.model_validate({
+        "accelerator": {"vendor": acc.vendor, "model": mach.device_model, "count": mach.device_count,
+                        "memory_gb": mach.device_memory_gb, "peak_bf16_tflops": acc.peak_bf16_tflops},
+        "nodes": profile.nodes,
+        "host": {"cpu_cores": mach.cpu_cores, "memory_gb": mach.host_memory_gb, "hostname": mach.hostname},
+        "interconnect": profile.interconnect, "collective_backend": profile.collective_backend,
         "software": {k: v for k, v in software.items() if v is None or isinstance(v, (str, int))},
-        "runtime": {"kind": kind, "image": image if kind == "docker" else None, "image_id": rt.get("image_id"),
-                    "lock_sha256": rt.get("lock_sha256")},
-    }
+        "runtime": {"kind": kind, "image": image if kind == "docker" else None, "image_id": rt.image_id,
+                    "lock_sha256": rt.lock_sha256},
+    })
 
 
-def system_disagreements(manifests: list[tuple[str, dict[str, Any]]]) -> list[str]:
+def system_disagreements(manifests: list[tuple[str, Manifest]]) -> list[str]:
     """Runs whose recorded machine, software or container differ from the first run's."""
-    def key(m: dict[str, Any]) -> tuple[Any, ...]:
-        rt = m.get("runtime") or {}
-        return m.get("machine"), m.get("software"), rt.get("image_id"), rt.get("lock_sha256")
+    def key(m: Manifest) -> tuple[Any, ...]:
+        return m.machine, m.software, m.runtime.image_id, m.runtime.lock_sha256
 
     (first_name, first), out = manifests[0], []
     for name, m in manifests[1:]:
@@ -430,12 +431,12 @@ def same_value(a: Any, b: Any) -> bool:
     return a == b
 
 
-def package_inputs(inputs: list[dict[str, Any]], root: Path, out: Path) -> None:
+def package_inputs(inputs: list[DigestInput], root: Path, out: Path) -> None:
     """Copy every input file into ``out/inputs/`` (same relative paths), so the certificate can be verified
     against the files it was made from long after the repository has moved on."""
     for item in inputs:
-        if item["path"] is not None:
-            write_bytes_atomic(out / INPUTS_DIR / item["path"], (root / item["path"]).read_bytes())
+        if item.path is not None:
+            write_bytes_atomic(out / INPUTS_DIR / item.path, (root / item.path).read_bytes())
 
 
 # ----------------------------------------------------------------------------- verification
@@ -444,7 +445,7 @@ class Verification:
     """What verify-certificate found: the problems (empty = contents hold) and how the file is signed."""
 
     problems: list[str]
-    doc: dict[str, Any]
+    certificate: Certificate | None  # the predicate as its model once it passed its schema (None: it did not)
     signed: bool
     signatures: int  # how many the envelope carries (none of them verified unless ``verified_keyid``)
     verified_keyid: str | None  # the trusted keyid whose signature was checked (None: not checked)
@@ -480,108 +481,113 @@ def verify(cert_path: Path, root: Path | None = None, pubkey: Path | None = None
     if key is not None:
         problems += signature_problems(opened, key, name, str(key_path))
     verified = key.keyid if key is not None and not problems else None
-    result = Verification(problems, doc, opened.signed, len(opened.keyids), verified, root)
+    result = Verification(problems, None, opened.signed, len(opened.keyids), verified, root)
     errs = schema_errors(doc, "certificate")
     if errs:
         problems += [f"{name}::{ptr}: certificate fails its schema: {msg} (fix: {fix})" for ptr, msg, fix in errs]
         return result
-    problems += subject_problems(opened, name)
+    try:  # only a predicate that passed its schema is read into the model
+        cert = Certificate.model_validate(doc)
+    except ValidationError as err:
+        problems += [f"{name}::{pointer(e['loc'])}: certificate fails its model: {e['msg']}" for e in err.errors()]
+        return result
+    result.certificate = cert
+    problems += subject_problems(opened, cert, name)
     cert_dir = Path(cert_path).resolve().parent
-    problems += input_problems(doc, root, cert_dir, name)
-    found, file_problems = directory_problems(cert_dir, Path(cert_path).name, expected_files(doc, opened, name))
+    problems += input_problems(cert, root, cert_dir, name)
+    found, file_problems = directory_problems(cert_dir, Path(cert_path).name, expected_files(cert, opened, name))
     problems += file_problems
     result.files = found
-    problems += _rederive(doc, root, cert_dir, name)
+    problems += _rederive(cert, root, cert_dir, name)
     return result
 
 
-def input_problems(doc: dict[str, Any], root: Path, cert_dir: Path, name: str) -> list[str]:
+def input_problems(cert: Certificate, root: Path, cert_dir: Path, name: str) -> list[str]:
     """The literal inputs (image id) against their digests; the input files against ``root`` unless ``root`` is the
     certificate's own copy (a subject: :func:`harness.judge.attest.directory_problems` checks it)."""
     packaged = root.resolve() == (cert_dir / INPUTS_DIR).resolve()
     out = []
-    for i, item in enumerate(doc["inputs"]):
-        if item["path"] is None:
-            if item["value"] is None or sha256_text(item["value"]) != item["sha256"]:
-                out.append(f"{name}::/inputs/{i}: digest mismatch for the {item['role']} value {item['value']!r}")
+    for i, item in enumerate(cert.inputs):
+        if item.path is None:
+            if item.value is None or sha256_text(item.value) != item.sha256:
+                out.append(f"{name}::/inputs/{i}: digest mismatch for the {item.role} value {item.value!r}")
         elif not packaged:
-            out += digest_problem(root, item["path"], item["sha256"], f"{name}::/inputs/{i}")
+            out += digest_problem(root, item.path, item.sha256, f"{name}::/inputs/{i}")
     return out
 
 
-def _system_problems(doc: dict[str, Any], profile: dict[str, Any], cert_dir: Path, name: str) -> list[str]:
+def _system_problems(cert: Certificate, profile: Profile, cert_dir: Path, name: str) -> list[str]:
     """The recorded system block against the one re-derived from the runs' (digested) manifests."""
     manifests = []
-    for item in doc["results"]:
-        if item["role"] == "manifest":
+    for item in cert.results:
+        if item.role == "manifest":
             try:
-                manifests.append((item["path"], load_json_strict(cert_dir / item["path"])))
+                manifests.append((item.path, read(cert_dir / item.path, Manifest, "manifest")))
             except HarnessError as err:
                 return [f"{name}::/system: cannot re-derive it: {err.one_line()}"]
     if not manifests:
         return [f"{name}::/system: no run manifest to re-derive it from (no run started)"]
     out = [f"{name}::/system: {d}" for d in system_disagreements(manifests)]
-    derived = derive_system(profile, [m for _, m in manifests], doc["system"]["runtime"]["image"])
-    diff = first_difference(doc["system"], derived, "/system")
+    derived = derive_system(profile, [m for _, m in manifests], cert.system.runtime.image)
+    diff = first_difference(dump(cert.system), dump(derived), "/system")
     if diff:
         out.append(f"{name}::{diff[0]}: recorded {diff[1]!r}, but the runs' manifests (and the profile) say "
                    f"{diff[2]!r}")
     return out
 
 
-def _rederive(doc: dict[str, Any], root: Path, cert_dir: Path, name: str) -> list[str]:
+def _rederive(cert: Certificate, root: Path, cert_dir: Path, name: str) -> list[str]:
     """Checks re-derived from the files; outcomes, summary and result re-derived from the checks."""
     out: list[str] = []
-    inputs = {(i["role"], i["path"]) for i in doc["inputs"]}
-    for need in [("suite", doc["suite"]["path"]), ("profile", doc["profile"]["path"])]:
+    inputs = {(i.role, i.path) for i in cert.inputs}
+    for need in [("suite", cert.suite.path), ("profile", cert.profile.path)]:
         if need not in inputs:
             out.append(f"{name}::/inputs: no digest for the {need[0]} {need[1]}")
     try:
-        suite = load_suite_file(root / doc["suite"]["path"], doc["profile"]["name"])
-        profile = load_json_strict(root / doc["profile"]["path"])
-        check(profile, "profile", doc["profile"]["path"])
+        suite = load_suite_file(root / cert.suite.path, cert.profile.name)
+        profile = parse(load_json_strict(root / cert.profile.path), Profile, "profile", cert.profile.path)
     except HarnessError as err:
         return out + [f"{name}::/suite: cannot re-derive the checks: {err.one_line()}"]
-    out += _system_problems(doc, profile, cert_dir, name)
-    by_id = {e["id"]: e for e in suite["entries"]}
-    if [e["id"] for e in doc["entries"]] != list(by_id):
-        out.append(f"{name}::/entries: entries {[e['id'] for e in doc['entries']]} differ from the suite's "
-                   f"{list(by_id)} ({doc['suite']['path']})")
-    derived: list[dict[str, Any]] = []
-    for k, e in enumerate(doc["entries"]):
-        entry = by_id.get(e["id"])
+    out += _system_problems(cert, profile, cert_dir, name)
+    by_id = {e.id: e for e in suite.entries}
+    if [e.id for e in cert.entries] != list(by_id):
+        out.append(f"{name}::/entries: entries {[e.id for e in cert.entries]} differ from the suite's "
+                   f"{list(by_id)} ({cert.suite.path})")
+    derived: list[CertCheck] = []
+    for k, e in enumerate(cert.entries):
+        entry = by_id.get(e.id)
         if entry is None:
             continue
-        ref = entry["numerics"]["reference_baseline"]
-        if (e["reference_baseline"], e["tier"], e["recipe"], e["scale"]) != (ref, entry["numerics"]["tier"],
-                                                                             entry["recipe"], entry["scale"]):
+        ref = entry.numerics.reference_baseline
+        if (e.reference_baseline, e.tier, e.recipe, e.scale) != (ref, entry.numerics.tier, entry.recipe,
+                                                                 entry.scale):
             out.append(f"{name}::/entries/{k}: recipe, scale, baseline or tier differ from the suite's entry")
         if ("baseline", ref) not in inputs:
             out.append(f"{name}::/entries/{k}: no digest for the reference baseline {ref}")
-        if not any(r == "recipe" and p == f"recipes/{entry['recipe']}.json" for r, p in inputs):
-            out.append(f"{name}::/entries/{k}: no digest for the recipe recipes/{entry['recipe']}.json")
-        want_runs = 2 if entry["determinism_repeat"] else 1
-        if len(e["runs"]) != want_runs:
-            out.append(f"{name}::/entries/{k}/runs: {len(e['runs'])} run(s), the suite asks for {want_runs}")
+        if not any(r == "recipe" and p == f"recipes/{entry.recipe}.json" for r, p in inputs):
+            out.append(f"{name}::/entries/{k}: no digest for the recipe recipes/{entry.recipe}.json")
+        want_runs = 2 if entry.determinism_repeat else 1
+        if len(e.runs) != want_runs:
+            out.append(f"{name}::/entries/{k}/runs: {len(e.runs)} run(s), the suite asks for {want_runs}")
             continue
-        derived += entry_checks(entry, profile, root / ref, [cert_dir / r for r in e["runs"]], e["runs"],
+        derived += entry_checks(entry, profile, root / ref, [cert_dir / r for r in e.runs], list(e.runs),
                                 write=False)
-    recorded = doc["checks"]
+    recorded = cert.checks
     if len(derived) != len(recorded):
         out.append(f"{name}::/checks: {len(recorded)} checks recorded, {len(derived)} re-derived from the runs")
     for i, (c, d) in enumerate(zip(recorded, derived)):
         for key in ("entry", "name", "run", "value", "threshold", "comparison", "outcome"):
-            if not same_value(c[key], d[key]):
-                out.append(f"{name}::/checks/{i}/{key}: {d['entry']} {d['name']}: recorded {c[key]!r} but "
-                           f"{d[key]!r} re-derived from {d['run']} ({d['detail']})")
+            if not same_value(getattr(c, key), getattr(d, key)):
+                out.append(f"{name}::/checks/{i}/{key}: {d.entry} {d.name}: recorded {getattr(c, key)!r} but "
+                           f"{getattr(d, key)!r} re-derived from {d.run} ({d.detail})")
                 break
     for i, c in enumerate(recorded):
-        if c["outcome"] != derive_outcome(c):
-            out.append(f"{name}::/checks/{i}/outcome: '{c['outcome']}' contradicts value {c['value']!r} "
-                       f"{c['comparison']} threshold {c['threshold']!r}")
+        if c.outcome != derive_outcome(c):
+            out.append(f"{name}::/checks/{i}/outcome: '{c.outcome}' contradicts value {c.value!r} "
+                       f"{c.comparison} threshold {c.threshold!r}")
     summary, result = summarize(recorded)
-    if doc["summary"] != summary:
-        out.append(f"{name}::/summary: {doc['summary']} contradicts the checks ({summary})")
-    if doc["result"] != result:
-        out.append(f"{name}::/result: '{doc['result']}' contradicts the checks ({summary['failed']} failed)")
+    if cert.summary != summary:
+        out.append(f"{name}::/summary: {dump(cert.summary)} contradicts the checks ({dump(summary)})")
+    if cert.result != result:
+        out.append(f"{name}::/result: '{cert.result}' contradicts the checks ({summary.failed} failed)")
     return out

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.jsonio import write_bytes_atomic
-from harness.judge.tiers import BAND
+from harness.judge.tiers import BAND, band_tolerance
+from harness.records.baseline import Baseline
 from harness.records.verdict import Check
 
 if TYPE_CHECKING:
@@ -154,44 +155,35 @@ def _expand(pattern: str, names: list[str]) -> list[str]:
     return [pattern] if pattern in names else []
 
 
-def _band(spec: dict[str, Any], policy: dict[str, Any]) -> list[float]:
-    pol = policy[BAND.name]
-    stds, w = spec["noise_std"], pol["noise_window"]
-    out = []
-    for i, v in enumerate(spec["values"]):
-        noise = max(stds[max(0, i - w): i + w + 1], default=0.0)
-        out.append(max(spec.get("atol", pol["atol"]), spec.get("rtol", pol["rtol"]) * abs(v), pol["k_noise"] * noise))
-    return out
-
-
-def _finite(points: Points) -> Points:
+def _finite(points: list[tuple[int, float | None]]) -> Points:
     return [(k, v) for k, v in points if v is not None and math.isfinite(v)]
 
 
-def _series(i: int, name: str, run: dict[str, dict[int, float]], baseline: dict[str, Any] | None,
+def _series(i: int, name: str, run: dict[str, dict[int, float]], baseline: Baseline | None,
             upto: int | None, failed: Failed) -> Series:
     s = Series(name, label(name), COLOURS[i % len(COLOURS)], BAND_HATCHES[i % len(BAND_HATCHES)])
     values = run.get(name, {})
     s.run = _finite(sorted(values.items()))
-    spec = ((baseline or {}).get("metrics") or {}).get(name)
-    if spec:
-        keep = [j for j, k in enumerate(spec["steps"]) if upto is None or k <= upto]
-        s.ref = _finite([(spec["steps"][j], spec["values"][j]) for j in keep])
-        s.noise = [p for row in spec["noise_values"] if (p := _finite([(spec["steps"][j], row[j]) for j in keep]))]
-        if baseline and BAND.name in spec["tiers"] and keep:
+    spec = baseline.metrics.get(name) if baseline else None
+    if baseline and spec:
+        keep = [j for j, k in enumerate(spec.steps) if upto is None or k <= upto]
+        s.ref = _finite([(spec.steps[j], spec.values[j]) for j in keep])
+        s.noise = [p for row in spec.noise_values if (p := _finite([(spec.steps[j], row[j]) for j in keep]))]
+        if BAND.name in spec.tiers and keep:
             seen = [v for pts in (s.run, s.ref, *s.noise) for _, v in pts]
             lo, hi = metric_range(name)
             lo = None if lo is None else min([lo, *seen])
             hi = None if hi is None else max([hi, *seen])
-            tol = _band(spec, baseline["policy"])
+            tol_at = band_tolerance(spec, baseline.policy.band, spec.noise_std)
             ks, lows, highs = [], [], []
             for j in keep:
-                ref = spec["values"][j]
+                ref = spec.values[j]
                 if ref is None or not math.isfinite(ref):
                     continue
-                ks.append(spec["steps"][j])
-                lows.append(ref - tol[j] if lo is None else max(ref - tol[j], lo))
-                highs.append(ref + tol[j] if hi is None else min(ref + tol[j], hi))
+                tol = tol_at(j, ref)
+                ks.append(spec.steps[j])
+                lows.append(ref - tol if lo is None else max(ref - tol, lo))
+                highs.append(ref + tol if hi is None else min(ref + tol, hi))
             s.band = Band(ks, lows, highs) if ks else None
     for step, group in failed.get(name, []):
         if step is None:
@@ -214,10 +206,11 @@ def _ylim(curve: Curve) -> tuple[float, float] | None:
     return lo - pad, hi + pad
 
 
-def curve_data(run: dict[str, dict[int, float]], baseline: dict[str, Any] | None, upto: int | None = None,
-               throughput: dict[str, Any] | None = None, failed: Failed | None = None) -> list[Curve]:
-    """What each figure of :data:`CURVES` shows; a figure without any of its metrics is left out."""
-    base_metrics = (baseline or {}).get("metrics", {})
+def curve_data(run: dict[str, dict[int, float]], baseline: Baseline | None, upto: int | None = None,
+               throughput: Check | None = None, failed: Failed | None = None) -> list[Curve]:
+    """What each figure of :data:`CURVES` shows; a figure without any of its metrics is left out (``throughput``:
+    the verdict's throughput check, whose reference and floor are drawn)."""
+    base_metrics = baseline.metrics if baseline else {}
     names = sorted(set(run) | set(base_metrics))
     out = []
     for stem, title, patterns in CURVES:
@@ -225,16 +218,16 @@ def curve_data(run: dict[str, dict[int, float]], baseline: dict[str, Any] | None
         if not metrics:
             continue
         curve = Curve(stem, title, [_series(i, m, run, baseline, upto, failed or {}) for i, m in enumerate(metrics)],
-                      primary_seed=(baseline or {}).get("primary_seed"))
-        if stem == "throughput" and baseline and throughput and throughput.get("ref_value") is not None:
-            pol, level = baseline["policy"]["throughput"], throughput["ref_value"]
-            drop = throughput.get("tolerance") or 0.0
-            q = pol.get("quantile", 0.5)
+                      primary_seed=baseline.primary_seed if baseline else None)
+        if stem == "throughput" and baseline and throughput and throughput.ref_value is not None:
+            pol, level = baseline.policy.throughput, throughput.ref_value
+            drop = throughput.tolerance or 0.0
+            q = pol.quantile
             curve.lines = [Line(level, f"baseline {'median' if q == 0.5 else f'p{q * 100:.0f}'} {level:,.0f}",
                                 "#222222", "--"),
                            Line(level - drop, f"floor -{drop / level * 100:.0f}%" if level else "floor",
                                 FAILED_COLOUR, ":")]
-            curve.span = (0.5, pol["warmup_steps"] + 0.5, "warm-up (skipped)")
+            curve.span = (0.5, pol.warmup_steps + 0.5, "warm-up (skipped)")
         curve.ylim = _ylim(curve)
         out.append(curve)
     return out
@@ -361,8 +354,8 @@ def draw(curve: Curve) -> Figure:
     return fig
 
 
-def plot_curves(out_dir: Path, run: dict[str, dict[int, float]], baseline: dict[str, Any] | None,
-                upto: int | None = None, throughput: dict[str, Any] | None = None, *,
+def plot_curves(out_dir: Path, run: dict[str, dict[int, float]], baseline: Baseline | None,
+                upto: int | None = None, throughput: Check | None = None, *,
                 failed: Failed | None = None) -> list[tuple[str, str]]:
     """Write ``curves-<stem>.png`` files; returns (file name, title) for those written.
 

@@ -50,9 +50,8 @@ def render_run_report(run_dir: Path, v: Verdict, *, series: dict[str, dict[int, 
     run = load_series(run_dir) if series is None else series
     # the verdict's own throughput check: its reference (scaled to this machine's calibration) and floor
     tp_check = next((c for c in v.checks if c.group == THROUGHPUT), None)
-    curves = plot_curves(run_dir, run, dump(baseline) if baseline else None,
-                         v.baseline.steps_compared if v.baseline else None,
-                         dump(tp_check) if tp_check else None, failed=failed_checks(v.checks))
+    curves = plot_curves(run_dir, run, baseline, v.baseline.steps_compared if v.baseline else None, tp_check,
+                         failed=failed_checks(v.checks))
     r, b = v.run, v.baseline
     facts = [("recipe", r.recipe), ("profile : scale", f"{r.profile} : {r.scale}"),
              ("seed", r.seed), ("run status", r.status), ("steps", r.steps_completed),

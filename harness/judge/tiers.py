@@ -45,7 +45,7 @@ from harness.judge.series import (
     steady_speed,
     window_mean,
 )
-from harness.records.baseline import Baseline, Environment, ThroughputRef
+from harness.records.baseline import BandPolicy, Baseline, Environment, MetricSeries, ThroughputRef
 from harness.records.verdict import Check, CrossCheck
 from harness.registry import Registry
 
@@ -265,17 +265,21 @@ REPLAY = tier("replay", gates=lambda name: not name.startswith(REPLAY_EXCLUDED_P
               passes="within replay tolerance", needs_replay=True)(_replay)
 
 
+def band_tolerance(spec: MetricSeries, pol: BandPolicy, stds: list[float]) -> Callable[[int, float], float]:
+    """The band's allowed deviation at the i-th step of a metric whose reference there is v (``stds``: the noise
+    floor's per-step std, :func:`noise_floor` takes the window's largest)."""
+    rtol = pol.rtol if spec.rtol is None else spec.rtol
+    atol = pol.atol if spec.atol is None else spec.atol
+    return lambda i, v: max(atol, rtol * abs(v), pol.k_noise * noise_floor(stds, i, pol.noise_window))
+
+
 def _band(ctx: Context) -> list[Check]:
     pol = ctx.baseline.policy.band
     out = []
     for name in gated(ctx, BAND):
-        spec = ctx.baseline.metrics[name]
-        rtol = pol.rtol if spec.rtol is None else spec.rtol
-        atol = pol.atol if spec.atol is None else spec.atol
         stds = [n for _, _, n, _ in ctx.ref_steps(name)]
         allowed = pol.failures_per_50_steps * math.ceil(len(stds) / 50)
-        out.append(_per_step(ctx, BAND.name, name, lambda i, v: max(atol, rtol * abs(v), pol.k_noise * noise_floor(
-            stds, i, pol.noise_window)), allowed))
+        out.append(_per_step(ctx, BAND.name, name, band_tolerance(ctx.baseline.metrics[name], pol, stds), allowed))
     return out
 
 

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,8 @@ from harness.mlperf.benchmarks import (  # noqa: F401 (re-exported)
     run_constants,
 )
 from harness.paths import ROOT
+from harness.records.certificate import Certificate
+from harness.records.run import Manifest
 
 
 def eval_accuracy(metrics: dict[str, Any]) -> float | None:
@@ -81,14 +84,17 @@ class _LineHandler(logging.Handler):
 
 
 class MlperfLog:
-    """The ``mlperf.log`` of one run (rank 0)."""
+    """The ``mlperf.log`` of one run (rank 0), from its manifest (a document, such as the one the run record
+    writes, is read into :class:`~harness.records.run.Manifest` first)."""
 
-    def __init__(self, run_dir: Path, manifest: dict[str, Any], *, resume_from: int | None = None) -> None:
+    def __init__(self, run_dir: Path, manifest: Manifest | Mapping[str, Any], *,
+                 resume_from: int | None = None) -> None:
         from mlperf_logging.mllog import constants, mllog
 
+        m = manifest if isinstance(manifest, Manifest) else Manifest.model_validate(manifest)
         self.path = Path(run_dir) / LOG_FILE
-        self.constants = run_constants(manifest["resolved_config"])
-        self.target = convergence_target(manifest["recipe"]["name"], manifest["scale"])
+        self.constants = run_constants(m.resolved_config)
+        self.target = convergence_target(m.recipe.name, m.scale)
         kept: set[str] = set()
         self.reached = False
         if resume_from is not None:
@@ -103,15 +109,15 @@ class MlperfLog:
             return
         self.log.event(key=self.c.CACHE_CLEAR, value=True)
         self.log.start(key=self.c.INIT_START)
-        for key, value in (("submission_benchmark", benchmark_name(manifest["recipe"]["name"], manifest["scale"])),
+        for key, value in (("submission_benchmark", benchmark_name(m.recipe.name, m.scale)),
                            ("submission_division", "closed"), ("submission_org", ORG),
-                           ("submission_platform", manifest["profile"]), ("submission_status", "research"),
-                           ("config_filename", manifest["recipe"]["path"])):
+                           ("submission_platform", m.profile), ("submission_status", "research"),
+                           ("config_filename", m.recipe.path)):
             self.log.event(key=key, value=value)
         for key, value in self.constants.items():
             self.log.event(key=key, value=value)
-        self.log.event(key=self.c.SEED, value=manifest["seed"])
-        self.log.event(key="max_steps", value=manifest["steps"]["requested"])
+        self.log.event(key=self.c.SEED, value=m.seed)
+        self.log.event(key="max_steps", value=m.steps.requested)
         self.log.event(key="init_checkpoint_step", value=0)
 
     def run_start(self) -> None:
@@ -206,31 +212,31 @@ def cut_back(path: Path, step: int, target: float | None) -> tuple[set[str], boo
     return keys, reached
 
 
-def system_description(doc: dict[str, Any]) -> dict[str, Any]:
-    """MLPerf's system description JSON from a certificate document (its ``system`` and profile)."""
-    s = doc["system"]
-    acc, host, sw = s["accelerator"], s["host"], s["software"]
+def system_description(cert: Certificate) -> dict[str, Any]:
+    """MLPerf's system description JSON from a certificate (its ``system`` and profile)."""
+    s = cert.system
+    acc, host, sw = s.accelerator, s.host, s.software  # software: the stack's name -> version
     stack = ", ".join(f"{k} {v}" for k, v in sw.items() if v is not None and k not in ("threads", "cpu_capability"))
     return {
         "submitter": ORG,
         "division": "closed",
         "status": "research",
-        "system_name": doc["profile"]["name"],
+        "system_name": cert.profile.name,
         "system_type": "datacenter",
-        "number_of_nodes": s["nodes"],
+        "number_of_nodes": s.nodes,
         "host_processors_per_node": 1,
         "host_processor_model_name": sw.get("cpu_capability") or "unknown",
-        "host_processor_core_count": host["cpu_cores"],
-        "host_processor_vcpu_count": host["cpu_cores"],
-        "host_memory_capacity": f"{host['memory_gb']:g} GB",
-        "host_networking": s["interconnect"]["inter_node"],
-        "accelerators_per_node": acc["count"],
-        "accelerator_model_name": f"{acc['vendor']} {acc['model']}".strip(),
-        "accelerator_memory_capacity": f"{acc['memory_gb']:g} GB",
-        "accelerator_interconnect": s["interconnect"]["intra_node"],
-        "framework": f"grpo-harness {doc['harness']['version']}, torch {sw.get('torch')}",
+        "host_processor_core_count": host.cpu_cores,
+        "host_processor_vcpu_count": host.cpu_cores,
+        "host_memory_capacity": f"{host.memory_gb:g} GB",
+        "host_networking": s.interconnect.inter_node,
+        "accelerators_per_node": acc.count,
+        "accelerator_model_name": f"{acc.vendor} {acc.model}".strip(),
+        "accelerator_memory_capacity": f"{acc.memory_gb:g} GB",
+        "accelerator_interconnect": s.interconnect.intra_node,
+        "framework": f"grpo-harness {cert.harness.version}, torch {sw.get('torch')}",
         "other_software_stack": stack,
         "operating_system": "Linux",
-        "sw_notes": (f"runtime {s['runtime']['kind']}, collective backend {s['collective_backend']}; "
-                     f"peak {acc['peak_bf16_tflops']:g} bf16 TFLOP/s per device (profile)"),
+        "sw_notes": (f"runtime {s.runtime.kind}, collective backend {s.collective_backend}; "
+                     f"peak {acc.peak_bf16_tflops:g} bf16 TFLOP/s per device (profile)"),
     }

@@ -6,13 +6,15 @@ read it, and it reads neither.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from harness.paths import ROOT
+from harness.records.base import read
+from harness.records.baseline import Baseline
 
 LOG_FILE = "mlperf.log"
 SYSTEM_DESC_FILE = "system-description.json"
@@ -69,29 +71,40 @@ def run_constants(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Reference:
+    """The reference baseline of one MLPerf benchmark and the convergence target taken from it."""
+
+    recipe: str
+    scale: str
+    profile: str
+    baseline: str  # relative to the repository root
+    target: float
+
+
 @lru_cache(maxsize=None)
-def references() -> dict[str, dict[str, Any]]:
-    """benchmark -> {recipe, scale, profile, baseline, target} for every reference baseline."""
-    out: dict[str, dict[str, Any]] = {}
+def references() -> dict[str, Reference]:
+    """benchmark -> its :class:`Reference`, for every reference baseline (read as its record)."""
+    out: dict[str, Reference] = {}
     for path in sorted((ROOT / "baselines").glob("*/*.json"), key=lambda p: p.as_posix()):
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        name = benchmark_name(doc["recipe"]["name"], doc["scale"])
+        baseline = read(path, Baseline, "baseline")  # what harness.judge.baseline.load_baseline reads
+        name = benchmark_name(baseline.recipe.name, baseline.scale)
         if name in out:
             continue
-        finals = []
-        for key, m in doc["metrics"].items():
+        finals: list[Any] = []  # a null last noise value fails the median, as it always did
+        for key, m in baseline.metrics.items():
             if key.startswith(EVAL_PREFIX) and key.endswith(EVAL_SUFFIX):
-                finals += [m["values"][-1]] + [seed[-1] for seed in m.get("noise_values", [])]
+                finals += [m.values[-1]] + [seed[-1] for seed in m.noise_values]
         if not finals:  # no evaluation in the run (e.g. a reduced scale with test_freq -1): no quality target,
             continue    # so no MLPerf benchmark
         # the median, not the lowest: one reference seed that collapsed (it happens: qwen3_30b_a3b's seed 45 ends
         # at 0.0) would otherwise make any run "converged"
         target = math.floor(0.9 * statistics.median(finals) * 100) / 100
-        out[name] = {"recipe": doc["recipe"]["name"], "scale": doc["scale"], "profile": doc["profile"],
-                     "baseline": path.relative_to(ROOT).as_posix(), "target": target}
+        out[name] = Reference(baseline.recipe.name, baseline.scale, baseline.profile,
+                              path.relative_to(ROOT).as_posix(), target)
     return out
 
 
 def convergence_target(recipe: str, scale: str) -> float | None:
     ref = references().get(benchmark_name(recipe, scale))
-    return ref["target"] if ref else None
+    return ref.target if ref else None

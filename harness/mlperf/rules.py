@@ -41,6 +41,7 @@ from harness.mlperf.benchmarks import (  # noqa: F401 (re-exported)
     EVAL_PREFIX,
     EVAL_SUFFIX,
     RULESET,
+    Reference,
     benchmark_name,
     convergence_target,
     references,
@@ -127,15 +128,15 @@ def profile_constants(recipe: str, scale: str) -> dict[str, dict[str, Any]]:
     return {p: run_constants(resolve(recipe, p, scale).config) for p in sorted(profiles)}
 
 
-def benchmark_yaml(name: str, ref: dict[str, Any]) -> str:
-    by_profile = profile_constants(ref["recipe"], ref["scale"])
+def benchmark_yaml(name: str, ref: Reference) -> str:
+    by_profile = profile_constants(ref.recipe, ref.scale)
     profiles = list(by_profile)
-    text = HEADER.format(source=f"recipes/{ref['recipe']}.json at scale {ref['scale']} on {', '.join(profiles)} "
-                                f"and {ref['baseline']}")
-    text += (f"# {name}: GRPO on recipe {ref['recipe']} at scale {ref['scale']}. Constants the recipe fixes (a\n"
+    text = HEADER.format(source=f"recipes/{ref.recipe}.json at scale {ref.scale} on {', '.join(profiles)} "
+                                f"and {ref.baseline}")
+    text += (f"# {name}: GRPO on recipe {ref.recipe} at scale {ref.scale}. Constants the recipe fixes (a\n"
              f"# constant that differs between profiles: the value on the log's submission_platform);\n"
              f"# convergence target: 0.9 x the median final validation reward of the reference seeds.\n\n"
-             f"- BEGIN:\n    CODE: \" s.update({{'target_accuracy': {ref['target']!r}}}) \"\n\n")
+             f"- BEGIN:\n    CODE: \" s.update({{'target_accuracy': {ref.target!r}}}) \"\n\n")
     text += _key("submission_platform", check=f"v['value'] in {profiles!r}", post="s['platform'] = v['value']")
     for key in by_profile[profiles[0]]:
         values = {p: by_profile[p][key] for p in profiles}

@@ -199,8 +199,8 @@ class LoggedRun(Record):
 class Baseline(Record):
     """Reference metrics of one recipe at one profile and scale, with its noise floor and policy."""
 
-    schema_ref: str | SkipJsonSchema[None] = Field(None, alias="$schema", min_length=1,
-                                                   description="Path or URI of this schema (editor hint).")
+    schema_ref: str | SkipJsonSchema[None] = optional("Path or URI of this schema (editor hint).", alias="$schema",
+                                                      min_length=1)
     schema_version: Literal[2] = field("Baseline format version (2: replay rollouts, per-model throughput "
                                        "references, numerics pin).")
     recipe: BaselineRecipe = field("The recipe recorded.")

@@ -66,8 +66,8 @@ class SuiteEntry(Doc):
 class Suite(Doc):
     """A certification suite: what a hardware profile must run and achieve."""
 
-    schema_ref: str | SkipJsonSchema[None] = Field(None, alias="$schema", min_length=1,
-                                                   description="Path or URI of this schema (editor hint).")
+    schema_ref: str | SkipJsonSchema[None] = optional("Path or URI of this schema (editor hint).", alias="$schema",
+                                                      min_length=1)
     schema_version: Literal[1] = field("Suite format version.")
     profile: str = field("Hardware profile certified (file name without .json).", pattern=PROFILE_NAME)
     description: str = field("What passing this suite means.", min_length=1)

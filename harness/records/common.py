@@ -50,8 +50,7 @@ Overrides = Annotated[list[Override], Field(description="--set overrides applied
 class Fault(Record):
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
-    flip_advantage: Literal[True] | SkipJsonSchema[None] = Field(None, alias="flip-advantage",
-                                                                 description="Advantage sign flipped.")
+    flip_advantage: Literal[True] | SkipJsonSchema[None] = optional("Advantage sign flipped.", alias="flip-advantage")
     slowdown: Annotated[float, Field(ge=0, le=1)] | SkipJsonSchema[None] = optional(
         "Fraction of throughput taken away: each step sleeps x / (1 - x) of its own time.")
 

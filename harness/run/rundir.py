@@ -32,6 +32,8 @@ from harness.errors import HarnessError, os_error
 from harness.jsonio import MiB, load_json_strict, open_new, read_text_limited, write_json_atomic, write_text_atomic
 from harness.mlperf import MlperfLog
 from harness.paths import ROOT
+from harness.records.base import dump
+from harness.records.run import Manifest
 
 MARKER = "INCOMPLETE"
 METRICS_LIMIT = 512 * MiB
@@ -222,7 +224,8 @@ class RunRecord:
         return self
 
     def save(self) -> None:
-        write_json_atomic(self.dir / "manifest.json", self.manifest)
+        """The manifest, written through its model (:class:`harness.records.run.Manifest`), atomically."""
+        write_json_atomic(self.dir / "manifest.json", dump(Manifest.model_validate(self.manifest)))
 
     def update(self, **fields: Any) -> None:
         self.manifest.update(fields)

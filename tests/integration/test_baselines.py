@@ -30,6 +30,7 @@ import pytest
 
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.judge.baseline import load_baseline, load_series, quantile, steady_speed
+from harness.records.baseline import ThroughputPolicy
 from harness.schema import schema_errors
 
 pytestmark = pytest.mark.integration
@@ -115,20 +116,22 @@ def failed(verdict: dict[str, Any], group: str) -> set[str]:
 # ----------------------------------------------------------------------------- the baseline itself
 def test_recorded_baseline(work: Path, recorded: dict[str, Path]) -> None:
     doc = load_baseline(recorded["baseline"])
-    assert doc["primary_seed"] == 42 and doc["noise_seeds"] == [43, 44] and doc["steps"] == STEPS
+    assert doc.primary_seed == 42 and doc.noise_seeds == [43, 44] and doc.steps == STEPS
     rows = [json.loads(line) for line in (recorded["runs"] / "seed-42" / "metrics.jsonl").read_text().splitlines()]
-    series = doc["metrics"]["critic/score/mean"]
-    assert series["values"] == [r["critic/score/mean"] for r in rows if "critic/score/mean" in r]
-    assert len(series["noise_values"]) == 2 and len(series["seed_window_means"]) == 3
-    assert not any(k.startswith(NON_NUMERIC) for k in doc["metrics"])
-    (tp,) = doc["throughput"]["references"]
-    assert tp["value"] > 0 and doc["memory"]["value"] > 0 and tp["threads"] == doc["environment"]["software"]["threads"]
+    series = doc.metrics["critic/score/mean"]
+    assert series.values == [r["critic/score/mean"] for r in rows if "critic/score/mean" in r]
+    assert series.seed_window_means is not None
+    assert len(series.noise_values) == 2 and len(series.seed_window_means) == 3
+    assert not any(k.startswith(NON_NUMERIC) for k in doc.metrics)
+    (tp,) = doc.throughput.references
+    assert doc.environment is not None
+    assert tp.value > 0 and doc.memory.value > 0 and tp.threads == doc.environment.software.threads
     # the primary run's rollouts for the replay tier, and the reorder noise measured on them
-    rollouts = recorded["baseline"].with_name(doc["replay"]["file"])
-    assert rollouts.is_file() and sha(rollouts) == doc["replay"]["sha256"]
-    assert "actor/pg_loss" in doc["replay"]["metrics"] and "val-core/synthetic/color/reward/mean" not in \
-        doc["replay"]["metrics"]
-    assert len(doc["replay"]["noise"]["actor/pg_loss"]) == STEPS and "float64" in doc["replay"]["perturbation"]
+    assert doc.replay is not None
+    rollouts = recorded["baseline"].with_name(doc.replay.file)
+    assert rollouts.is_file() and sha(rollouts) == doc.replay.sha256
+    assert "actor/pg_loss" in doc.replay.metrics and "val-core/synthetic/color/reward/mean" not in doc.replay.metrics
+    assert len(doc.replay.noise["actor/pg_loss"]) == STEPS and "float64" in doc.replay.perturbation
     # an existing baseline is never replaced without --force (refused before anything runs)
     before = sha(recorded["baseline"])
     proc = harness(work, "record-baseline", RECIPE, "--profile", "cpu", "--seeds", "1", "--out",
@@ -158,8 +161,18 @@ def test_gate_passes_unchanged_recipe_at_exact_tier(work: Path, gate: dict[str, 
     assert verdict["summary_line"].startswith(f"PASS {RECIPE} cpu:smoke tier=exact ")
     suite = ET.parse(work / "junit.xml").getroot().find("testsuite")
     assert suite is not None and suite.get("failures") == "0"
-    names = {tc.get("name") for tc in suite.iter("testcase")}
-    assert {"exact", "band", "statistical", "throughput", "memory", "ckpt-resume"} <= names  # N vs N/2 + resume
+    # one testcase per check, named <group>:<metric>: the verdict's checks and the gate's own (N vs N/2 + resume)
+    names = [str(tc.get("name")) for tc in suite.iter("testcase")]
+    assert suite.get("tests") == str(len(names))
+    assert {"exact", "band", "statistical", "throughput", "memory", "ckpt-resume"} <= {n.split(":", 1)[0] for n in names}
+    assert names == [f"{c['group']}:{c['metric']}" for c in verdict["checks"]] + ["ckpt-resume:metrics.jsonl"]
+    # gate.json: the gate's record (schema gate), one entry per recipe with its verdict and the gate's own checks
+    record = load_json_strict(gate["out"] / "gate.json")
+    assert schema_errors(record, "gate") == []
+    assert (record["schema_version"], record["profile"], record["scale"]) == (1, "cpu", "smoke")
+    (entry,) = record["entries"]
+    assert entry["recipe"] == RECIPE and entry["status"] == "pass" and entry["verdict"] == verdict
+    assert [c["group"] for c in entry["checks"]] == ["ckpt-resume"] and entry["checks"][0]["passed"]
     summary = (work / "summary.md").read_text()
     assert "| recipe | status | tier |" in summary and f"| {RECIPE} | ✅ pass | exact |" in summary
     assert gate["step_summary"].read_text() == "previous step\n" + summary
@@ -185,10 +198,18 @@ def test_gate_without_baseline_fails_with_junit_failure(work: Path) -> None:
                    str(work / "no-baselines"), "--junit", str(out / "junit.xml"), "--summary", str(out / "s.md"))
     assert proc.returncode == 1
     suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
-    assert suite is not None and suite.get("failures") == "1"
-    failure = suite.find("testcase/failure")
+    assert suite is not None and suite.get("failures") == "1" and suite.get("tests") == "1"
+    (case,) = suite.iter("testcase")
+    assert case.get("name") == "verdict" and case.get("classname") == f"gate.cpu.{RECIPE}"
+    failure = case.find("failure")
     assert failure is not None and "record-baseline" in failure.get("message", "")
+    assert failure.get("type") == "no-baseline"
     assert "no-baseline" in (out / "s.md").read_text()
+    record = load_json_strict(out / "gate.json")
+    assert schema_errors(record, "gate") == []
+    (entry,) = record["entries"]
+    assert (entry["recipe"], entry["status"], entry["verdict"], entry["run_dir"]) == (RECIPE, "no-baseline", None, None)
+    assert entry["checks"] == [] and "record-baseline" in entry["reasons"][0]
 
 
 # ----------------------------------------------------------------------------- mutations must fail
@@ -202,7 +223,7 @@ def test_learning_rate_x100_fails(work: Path, recorded: dict[str, Path]) -> None
 
 
 def test_kl_coefficient_zero_fails(work: Path, recorded: dict[str, Path]) -> None:
-    assert load_baseline(recorded["baseline"])["metrics"]["actor/kl_loss"]["values"][0] >= 0
+    assert load_baseline(recorded["baseline"]).metrics["actor/kl_loss"].values[0] >= 0
     code, out, v = judged_run(work, recorded, "kl0", "actor_rollout_ref.actor.kl_loss_coef=0")
     assert code == 1 and v["status"] == "fail", out[-3000:]
     # same seed and environment: judged bitwise; the first mismatch is within the first steps. The
@@ -226,12 +247,12 @@ def test_flipped_advantage_sign_fails(work: Path, recorded: dict[str, Path]) -> 
     assert stat["run_value"] < 0.5 * stat["ref_value"], stat["detail"]
 
 
-def _steady_throughput(run_dir: Path, pol: dict[str, Any]) -> float:
+def _steady_throughput(run_dir: Path, pol: ThroughputPolicy) -> float:
     """A run's throughput over its uncontended steady steps (as the verdict measures it)."""
-    speed = steady_speed(load_series(run_dir), pol["metric"], pol["warmup_steps"])
+    speed = steady_speed(load_series(run_dir), pol.metric, pol.warmup_steps)
     if not speed.judgeable:  # a reference measured while something else took the CPUs says nothing
         pytest.skip(f"this machine was contended during the run {run_dir.name}: {speed.why_not()}")
-    return quantile(speed.values, pol["quantile"])
+    return quantile(speed.values, pol.quantile)
 
 
 def test_slowdown_fails_throughput_only(work: Path, recorded: dict[str, Path]) -> None:
@@ -252,9 +273,9 @@ def test_slowdown_fails_throughput_only(work: Path, recorded: dict[str, Path]) -
     for r in steps:  # each step took 1 / 0.7 of its phases' time: the sleep was really added
         phases = sum(x for k, x in r.items() if k.startswith("timing_s/") and k != "timing_s/step")
         assert r["timing_s/step"] >= 1.3 * phases, r
-    doc = load_baseline(recorded["baseline"])
-    pol = doc["policy"]["throughput"]
+    pol = load_baseline(recorded["baseline"]).policy.throughput
     unslowed = _steady_throughput(work / "runs" / "slow", pol) / 0.7
+    doc = load_json_strict(recorded["baseline"])  # the document, edited and written back
     doc["throughput"]["references"][0]["value"] = unslowed
     doc["throughput"]["references"][0]["speed_index"] = load_json_strict(
         work / "runs" / "slow" / "manifest.json")["calibration"]["speed_index"]
@@ -355,7 +376,7 @@ def test_replay_catches_lr_x100_within_three_steps(work: Path, recorded: dict[st
                                             ("other_recipe.json", "recipe hash")])
 def test_mismatched_baseline_is_refused(work: Path, recorded: dict[str, Path], gate: dict[str, Any], fixture: str,
                                         reason: str) -> None:
-    doc = load_baseline(recorded["baseline"])
+    doc = load_json_strict(recorded["baseline"])  # the document, edited and written back
     patch = load_json_strict(FIXTURES / fixture)
     merge(doc, {k: v for k, v in patch.items() if k != "description"})
     assert schema_errors(doc, "baseline") == []

@@ -21,6 +21,8 @@ import pytest
 
 from harness.jsonio import load_json_strict
 from harness.judge.attest import DOCUMENTS, load_signer, open_certificate, sha256_regular, sign, statement
+from harness.records.base import dump
+from harness.records.certificate import Certificate
 from harness.schema import schema_errors
 
 pytestmark = pytest.mark.integration
@@ -91,8 +93,9 @@ def verify(work: Path, cert: Path, root: Path | None = None, pub: Path | None = 
 
 
 def stmt_of(cert: Path, doc: dict[str, Any]) -> dict[str, Any]:
-    """The Statement of ``doc`` with the documents beside ``cert`` as they are."""
-    return statement(doc, [(name, sha256_regular(cert.parent / name)) for name in DOCUMENTS])
+    """The Statement of ``doc`` (read into its model) with the documents beside ``cert`` as they are."""
+    return statement(Certificate.model_validate(doc), [(name, sha256_regular(cert.parent / name))
+                                                       for name in DOCUMENTS])
 
 
 def resign(cert: Path, doc: dict[str, Any], key: Path) -> None:
@@ -214,6 +217,7 @@ def test_not_a_certificate_is_bad_input(work: Path, certified: dict[str, Any]) -
 
 def test_forgery_with_recomputed_digests_fails_on_the_signature(work: Path, certified: dict[str, Any]) -> None:
     """The review's forgery: edit results, recompute digests and checks with the harness's functions."""
+    from harness.config.typed_files import Profile
     from harness.judge.certify import entry_checks, result_digests, summarize
     from harness.paths import ROOT as HROOT
 
@@ -230,9 +234,11 @@ def test_forgery_with_recomputed_digests_fails_on_the_signature(work: Path, cert
     from harness.judge.certify import load_suite_file
 
     suite = load_suite_file(HROOT / doc["suite"]["path"], "cpu")
-    doc["checks"] = entry_checks(suite["entries"][0], load_json_strict(HROOT / doc["profile"]["path"]),
-                                 HROOT / BASELINE, run_dirs, doc["entries"][0]["runs"], write=False)
-    doc["summary"], doc["result"] = summarize(doc["checks"])
+    profile = Profile.model_validate(load_json_strict(HROOT / doc["profile"]["path"]))
+    checks = entry_checks(suite.entries[0], profile, HROOT / BASELINE, run_dirs, doc["entries"][0]["runs"],
+                          write=False)
+    summary, doc["result"] = summarize(checks)
+    doc["checks"], doc["summary"] = [dump(c) for c in checks], dump(summary)
     env = load_json_strict(cert)
     env["payload"] = base64.b64encode(json.dumps(stmt_of(cert, doc)).encode()).decode()  # old signature kept
     cert.write_text(json.dumps(env))

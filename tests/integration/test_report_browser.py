@@ -6,7 +6,7 @@ does) and selenium (the test extra). Selenium is handed the driver's path, so Se
 nothing is downloaded; the page is opened from disk (``file://``). Without them these tests skip with the reason,
 unless HARNESS_REQUIRE_BROWSER=1 or CI=true, where a missing browser is a failure.
 
-The run is synthetic (metrics, manifest, baseline and a failing verdict written here) and the page is rendered by
+The run is synthetic (metrics, manifest, baseline and a failing verdict made here, as their records) and the page is rendered by
 the harness's own ``write_run_report``: the same code ``harness run`` and ``harness report`` call.
 """
 
@@ -21,7 +21,11 @@ from typing import Any
 
 import pytest
 
+from harness.jsonio import file_sha256
+from harness.judge.baseline import DEFAULT_POLICY, load_baseline
 from harness.judge.report import write_run_report
+from harness.records.base import dump
+from harness.records.verdict import Verdict
 
 pytestmark = pytest.mark.integration
 
@@ -106,17 +110,31 @@ CHECKS = [
 ]
 
 
+SHA = "0" * 64
+
+
+def _baseline_doc(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A baseline document that passes its schema (so the report draws its band), the synthetic metrics in it."""
+    policy = dump(DEFAULT_POLICY)
+    policy["band"].update(rtol=0.05, atol=1e-8, k_noise=3.0, noise_window=2)
+    policy["throughput"].update(metric=TP, quantile=0.9, warmup_steps=2)
+    return {"schema_version": 2, "recipe": {"name": "synthetic", "hash": SHA, "config_hash": SHA}, "profile": "cpu",
+            "scale": "smoke", "architecture": {}, "dtype": "float32", "steps": len(STEPS),
+            "created_utc": "2026-12-01T00:00:00Z", "command": "synthetic", "primary_seed": 42,
+            "noise_seeds": [43, 44, 45], "environment": None, "policy": policy, "metrics": metrics,
+            "throughput": {"references": []}, "memory": {"value": 1.0, "seed_values": [1.0], "relative_spread": 0.0},
+            "runs": []}
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("report")
     ref = [0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
-    baseline = {"primary_seed": 42, "noise_seeds": [43, 44, 45], "steps": len(STEPS),
-                "policy": {"band": {"rtol": 0.05, "atol": 1e-8, "k_noise": 3.0, "noise_window": 2},
-                           "throughput": {"metric": TP, "quantile": 0.9, "warmup_steps": 2}},
-                "metrics": {SCORE: _spec(ref, STEPS, 0.3), VAL: _spec([0.3, 0.6, 1.0], [0, 4, 8], 0.5),
-                            "actor/entropy": _spec([0.9 - 0.05 * k for k in STEPS], STEPS, 0.05),
-                            "actor/kl_loss": _spec([0.01 * k for k in STEPS], STEPS, 0.02)}}
+    baseline = _baseline_doc({SCORE: _spec(ref, STEPS, 0.3), VAL: _spec([0.3, 0.6, 1.0], [0, 4, 8], 0.5),
+                              "actor/entropy": _spec([0.9 - 0.05 * k for k in STEPS], STEPS, 0.05),
+                              "actor/kl_loss": _spec([0.01 * k for k in STEPS], STEPS, 0.02)})
     (root / "baseline.json").write_text(json.dumps(baseline))
+    assert load_baseline(root / "baseline.json").metrics[SCORE].values == ref  # read by the report: its band drawn
     run_dir = root / "run"
     run_dir.mkdir()
     rows = [{"step": 0, VAL: 0.3}]
@@ -126,16 +144,22 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
                      TP: 900.0 + 10 * k, **({VAL: [0.6, 0.8][k // 4 - 1]} if k % 4 == 0 else {})})
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run_dir / "manifest.json").write_text(json.dumps({"recipe": "synthetic", "status": "complete"}))
-    verdict = {"status": "fail", "summary_line": "FAIL synthetic cpu:smoke tier=exact", "tier": "exact",
-               "tier_reason": "same environment", "tiers_applied": ["exact", "band", "statistical"],
-               "run": {"recipe": "synthetic", "profile": "cpu", "scale": "smoke", "seed": 42, "status": "complete",
-                       "steps_completed": len(STEPS)},
-               "baseline": {"path": str(root / "baseline.json"), "primary_seed": 42, "noise_seeds": [43, 44, 45],
-                            "steps": len(STEPS), "steps_compared": len(STEPS)},
-               "overrides": [], "fault_injection": None, "created_utc": "2026-12-02T00:00:00Z",
-               "counts": {"exact": {"checks": 1, "failed": 1}, "band": {"checks": 2, "failed": 1}},
-               "reasons": ["exact: critic/score/mean differs from step 3"], "notices": [], "changes": [],
-               "checks": CHECKS}
+    counts: dict[str, dict[str, int]] = {}
+    for c in CHECKS:
+        n = counts.setdefault(c["group"], {"checks": 0, "failed": 0})
+        n["checks"] += 1
+        n["failed"] += not c["passed"]
+    verdict = Verdict.model_validate({
+        "schema_version": 1, "status": "fail", "summary_line": "FAIL synthetic cpu:smoke tier=exact", "tier": "exact",
+        "tier_reason": "same environment", "tiers_applied": ["exact", "band", "statistical"], "forced_tier": None,
+        "run": {"dir": str(run_dir), "recipe": "synthetic", "profile": "cpu", "scale": "smoke", "seed": 42,
+                "status": "complete", "steps_completed": len(STEPS)},
+        "baseline": {"path": str(root / "baseline.json"), "sha256": file_sha256(root / "baseline.json"),
+                     "primary_seed": 42, "noise_seeds": [43, 44, 45], "steps": len(STEPS),
+                     "steps_compared": len(STEPS)},
+        "policy": baseline["policy"], "overrides": [], "fault_injection": None, "created_utc": "2026-12-02T00:00:00Z",
+        "counts": counts, "reasons": ["exact: critic/score/mean differs from step 3"], "notices": [], "changes": [],
+        "checks": CHECKS})
     write_run_report(run_dir, verdict)
     return run_dir / "report.html"
 

@@ -12,10 +12,23 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.judge import attest as A
+from harness.records.base import dump
+from harness.records.certificate import Certificate, DigestResult
 
-DOC = {"inputs": [{"role": "suite", "path": "recipes/certification/cpu.json", "value": None, "sha256": "a" * 64},
-                  {"role": "image-id", "path": None, "value": "sha256:x", "sha256": "b" * 64}],
-       "results": [{"role": "metrics", "entry": "e", "path": "runs/e/run-1/metrics.jsonl", "sha256": "c" * 64}]}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _published() -> dict:
+    env = json.loads((ROOT / "certificates" / "gpu-1x-h200" / "certificate.json").read_text())
+    return json.loads(base64.b64decode(env["payload"]))["predicate"]
+
+
+# the published certificate with its digests replaced: what the Statement is made of
+DOC = Certificate.model_validate({
+    **_published(),
+    "inputs": [{"role": "suite", "path": "recipes/certification/cpu.json", "value": None, "sha256": "a" * 64},
+               {"role": "image-id", "path": None, "value": "sha256:x", "sha256": "b" * 64}],
+    "results": [{"role": "metrics", "entry": "e", "path": "runs/e/run-1/metrics.jsonl", "sha256": "c" * 64}]})
 
 
 def test_pae_matches_the_dsse_spec_test_vector() -> None:
@@ -32,7 +45,7 @@ def test_statement_names_every_file_it_digests() -> None:
     """Subjects are the files of the certificate's directory, named relative to it: the run files, the copy of
     every input file, the documents written from the predicate."""
     st = A.statement(DOC, DOCS)
-    assert st["_type"] == "https://in-toto.io/Statement/v1" and st["predicate"] is DOC
+    assert st["_type"] == "https://in-toto.io/Statement/v1" and st["predicate"] == dump(DOC)
     assert st["predicateType"] == A.PREDICATE_TYPE and st["predicateType"].endswith("certificate.schema.json")
     assert st["subject"] == [{"name": "runs/e/run-1/metrics.jsonl", "digest": {"sha256": "c" * 64}},
                              {"name": "inputs/recipes/certification/cpu.json", "digest": {"sha256": "a" * 64}},
@@ -77,11 +90,12 @@ def test_signed_roundtrip_forgery_and_other_key(tmp_path: Path) -> None:
     cert, _, pub = _signed(tmp_path)
     opened = A.open_certificate(cert)
     key = A.load_public_key(pub)
-    assert opened.signed and opened.keyids == [key.keyid] and opened.statement["predicate"] == DOC
-    assert A.signature_problems(opened, key, "c", "p") == [] and A.subject_problems(opened, "c") == []
+    assert opened.signed and opened.keyids == [key.keyid] and opened.statement["predicate"] == dump(DOC)
+    assert A.signature_problems(opened, key, "c", "p") == [] and A.subject_problems(opened, DOC, "c") == []
     # forgery: the payload edited, subjects recomputed, the old signature kept
     env = json.loads(cert.read_text())
-    forged = A.statement({**DOC, "results": [{**DOC["results"][0], "sha256": "d" * 64}]}, DOCS)
+    forged = A.statement(DOC.model_copy(update={"results": [
+        DigestResult.model_validate({**dump(DOC.results[0]), "sha256": "d" * 64})]}), DOCS)
     env["payload"] = base64.b64encode(json.dumps(forged).encode()).decode()
     cert.write_text(json.dumps(env))
     problems = A.signature_problems(A.open_certificate(cert), key, "c", "p")
@@ -112,15 +126,15 @@ def test_subjects_must_match_the_predicate(tmp_path: Path) -> None:
     st = A.statement(DOC, DOCS)
     st["subject"][0]["digest"]["sha256"] = "e" * 64
     p.write_text(json.dumps(st))
-    assert "first: runs/e/run-1/metrics.jsonl" in A.subject_problems(A.open_certificate(p), "c")[0]
+    assert "first: runs/e/run-1/metrics.jsonl" in A.subject_problems(A.open_certificate(p), DOC, "c")[0]
     p.write_text(json.dumps(A.statement(DOC, DOCS[:1])))  # the page not covered
-    assert "no subject for certificate.html" in A.subject_problems(A.open_certificate(p), "c")[0]
+    assert "no subject for certificate.html" in A.subject_problems(A.open_certificate(p), DOC, "c")[0]
     st = A.statement(DOC, DOCS)
     st["subject"].append({"name": "runs/e/run-1/extra", "digest": {"sha256": "f" * 64}})
     p.write_text(json.dumps(st))
-    assert "(5 subjects, 4 files)" in A.subject_problems(A.open_certificate(p), "c")[0]
+    assert "(5 subjects, 4 files)" in A.subject_problems(A.open_certificate(p), DOC, "c")[0]
     p.write_text(json.dumps(A.statement(DOC, DOCS[::-1])))
-    assert A.subject_problems(A.open_certificate(p), "c") != []
+    assert A.subject_problems(A.open_certificate(p), DOC, "c") != []
 
 
 @pytest.mark.parametrize("content, message", [

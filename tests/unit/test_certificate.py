@@ -7,12 +7,17 @@ import math
 from pathlib import Path
 
 import pytest
+from cert_builder import manifest
 
 from harness.config.profiles import load_profile, profile_names
 from harness.config.schema_defs import all_schemas, render
+from harness.config.typed_files import Profile
 from harness.errors import HarnessError
 from harness.judge import certify as C
 from harness.paths import SCHEMAS_DIR
+from harness.records.base import dump
+from harness.records.certificate import CertCheck, SuiteEntry
+from harness.records.run import Manifest
 
 
 def test_generated_cert_schemas_are_committed() -> None:
@@ -28,26 +33,26 @@ def test_every_profile_has_a_runnable_suite(profile: str) -> None:
 
     prof = load_profile(profile)
     path, suite = C.load_suite(profile)
-    assert path.name == f"{profile}.json" and suite["profile"] == profile
-    for entry in suite["entries"]:
-        res = resolve(entry["recipe"], profile, entry["scale"])
-        t = res.config["trainer"]
-        assert t["nnodes"] <= prof["nodes"], entry["id"]
-        assert t["nnodes"] * t["n_gpus_per_node"] <= prof["nodes"] * prof["accelerator"]["count_per_node"]
+    assert path.name == f"{profile}.json" and suite.profile == profile
+    for entry in suite.entries:
+        res = resolve(entry.recipe, profile, entry.scale)
+        t = res.spec.trainer
+        assert t.nnodes <= prof["nodes"], entry.id
+        assert t.nnodes * t.n_gpus_per_node <= prof["nodes"] * prof["accelerator"]["count_per_node"]
         preflight(res)
         ref = C.baseline_profile(entry)
-        assert ref in profile_names() and entry["numerics"]["reference_baseline"] == \
-            f"baselines/{entry['recipe']}/{ref}-{entry['scale']}.json"
+        assert ref in profile_names() and entry.numerics.reference_baseline == \
+            f"baselines/{entry.recipe}/{ref}-{entry.scale}.json"
     if prof["device_type"] != "cpu":  # accelerator floors say where they were measured, or that they are estimates
-        notes = " ".join(suite["notes"]).lower()
+        notes = " ".join(suite.notes).lower()
         assert "estimate" in notes or "measured on" in notes
 
 
 def test_npu_suite_is_judged_against_the_gpu_reference() -> None:
     _, suite = C.load_suite("npu-16x-ascend-a3")
-    for entry in suite["entries"]:
-        assert C.baseline_profile(entry).startswith("gpu-")
-        assert entry["numerics"]["tier"] == "band"
+    for entry in suite.entries:
+        assert (C.baseline_profile(entry) or "").startswith("gpu-")
+        assert entry.numerics.tier == "band"
 
 
 def _suite(tmp_path: Path, **patch: object) -> Path:
@@ -73,16 +78,17 @@ def test_suite_cross_field_errors(tmp_path: Path) -> None:
         C.load_suite_file(_suite(tmp_path, mfu=0.1), "cpu")
 
 
-ENTRY = {"id": "e", "recipe": "r", "scale": "smoke", "throughput_floor_tokens_per_s_per_device": 100.0,
-         "mfu_floor": 0.01, "memory_budget_fraction": 0.5, "determinism_repeat": True,
-         "numerics": {"tier": "band", "reference_baseline": "baselines/r/cpu-smoke.json"}}
+ENTRY = SuiteEntry.model_validate({
+    "id": "e", "recipe": "r", "scale": "smoke", "steps": None, "throughput_floor_tokens_per_s_per_device": 100.0,
+    "mfu_floor": 0.01, "memory_budget_fraction": 0.5, "determinism_repeat": True,
+    "numerics": {"tier": "band", "reference_baseline": "baselines/r/cpu-smoke.json"}})
 
 
 def _run(tmp_path: Path, name: str, rows: list[dict[str, float]], deterministic: bool = True) -> Path:
     d = tmp_path / name
     d.mkdir()
     (d / "metrics.jsonl").write_text("".join(json.dumps({"step": k + 1, **r}) + "\n" for k, r in enumerate(rows)))
-    (d / "manifest.json").write_text(json.dumps({"deterministic": deterministic}))
+    (d / "manifest.json").write_text(json.dumps(manifest(deterministic=deterministic)))
     return d
 
 
@@ -96,40 +102,48 @@ def _rows(loss_last: float = 0.25) -> list[dict[str, float]]:
 def test_perf_checks_numbers() -> None:
     series = C.load_series(Path("/nonexistent"))
     assert series == {}
-    prof = load_profile("cpu")
+    prof = Profile.model_validate(load_profile("cpu"))
     series = {"perf/throughput": {k: 1000.0 + k for k in range(1, 7)}, "perf/mfu": {k: 0.02 for k in range(1, 7)},
               "perf/max_memory_allocated_gb": {k: 0.5 + k / 100 for k in range(1, 7)}}
     tp, mfu, mem = C.perf_checks(ENTRY, prof, series, "runs/e/run-1")
-    assert tp["value"] == pytest.approx(1005.7) and tp["outcome"] == "pass" and tp["comparison"] == ">="
-    assert mfu["value"] == pytest.approx(0.02) and mfu["outcome"] == "pass"
-    assert mem["value"] == pytest.approx(0.56) and mem["threshold"] == 4.0 and mem["outcome"] == "pass"
-    slow = C.perf_checks({**ENTRY, "throughput_floor_tokens_per_s_per_device": 5000.0}, prof, series, "r")[0]
-    assert slow["outcome"] == "fail"
+    assert tp.value == pytest.approx(1005.7) and tp.outcome == "pass" and tp.comparison == ">="
+    assert mfu.value == pytest.approx(0.02) and mfu.outcome == "pass"
+    assert mem.value == pytest.approx(0.56) and mem.threshold == 4.0 and mem.outcome == "pass"
+    slow_entry = ENTRY.model_copy(update={"throughput_floor_tokens_per_s_per_device": 5000.0})
+    assert C.perf_checks(slow_entry, prof, series, "r")[0].outcome == "fail"
     empty = C.perf_checks(ENTRY, prof, {}, "r")
-    assert [c["outcome"] for c in empty] == ["fail", "fail", "fail"] and empty[0]["value"] is None
+    assert [c.outcome for c in empty] == ["fail", "fail", "fail"] and empty[0].value is None
 
 
 def test_determinism_check(tmp_path: Path) -> None:
     a = _run(tmp_path, "a", _rows())
     same = _run(tmp_path, "b", [{**r, "timing_s/step": 9.0, "perf/throughput": 1.0} for r in _rows()])
     c = C.determinism_check(ENTRY, [a, same], ["a", "b"])
-    assert c["value"] == 0 and c["outcome"] == "pass" and c["run"] == "b"
+    assert c.value == 0 and c.outcome == "pass" and c.run == "b"
     ulp = _run(tmp_path, "c", _rows(math.nextafter(0.25, 1.0)))
     c = C.determinism_check(ENTRY, [a, ulp], ["a", "c"])
-    assert c["value"] == 1 and c["outcome"] == "fail" and "step 6: actor/pg_loss" in c["detail"]
+    assert c.value == 1 and c.outcome == "fail" and "step 6: actor/pg_loss" in c.detail
     loose = _run(tmp_path, "d", _rows(), deterministic=False)
     c = C.determinism_check(ENTRY, [a, loose], ["a", "d"])
-    assert c["outcome"] == "not-applicable" and c["value"] is None
+    assert c.outcome == "not-applicable" and c.value is None
+    (loose / "manifest.json").write_text(json.dumps({"deterministic": True}))  # not a manifest: its schema fails
+    c = C.determinism_check(ENTRY, [a, loose], ["a", "d"])
+    assert c.outcome == "fail" and c.detail == "d has no readable manifest"
+
+
+def _cert_check(**patch: object) -> CertCheck:
+    return CertCheck.model_validate({"entry": "e", "name": "memory", "run": "r", "value": 1.0, "threshold": 2.0,
+                                     "comparison": "<=", "unit": "GB", "outcome": "pass", "detail": "", **patch})
 
 
 def test_outcomes_and_summary() -> None:
-    base = {"value": 1.0, "threshold": 2.0, "comparison": "<="}
-    assert C.derive_outcome(base) == "pass"
-    assert C.derive_outcome({**base, "comparison": ">="}) == "fail"
-    assert C.derive_outcome({**base, "value": None}) == "fail"
-    assert C.derive_outcome({**base, "comparison": None}) == "not-applicable"
-    checks = [{"outcome": "pass"}, {"outcome": "not-applicable"}, {"outcome": "fail"}]
-    assert C.summarize(checks) == ({"checks": 3, "failed": 1, "not_applicable": 1}, "fail")
+    assert C.derive_outcome(_cert_check()) == "pass"
+    assert C.derive_outcome(_cert_check(comparison=">=")) == "fail"
+    assert C.derive_outcome(_cert_check(value=None)) == "fail"
+    assert C.derive_outcome(_cert_check(comparison=None)) == "not-applicable"
+    checks = [_cert_check(outcome=o) for o in ("pass", "not-applicable", "fail")]
+    summary, result = C.summarize(checks)
+    assert dump(summary) == {"checks": 3, "failed": 1, "not_applicable": 1} and result == "fail"
     assert C.summarize(checks[:2])[1] == "pass"
 
 
@@ -139,29 +153,31 @@ def test_verify_bad_input_and_schema(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match="not a certificate") as err:
         C.verify(p)
     assert err.value.exit_code == 2
-    from harness.judge.attest import statement
+    from harness.judge.attest import PREDICATE_TYPE, STATEMENT_TYPE
 
-    p.write_text(json.dumps(statement({"inputs": [], "results": [], "checks": []})))
+    p.write_text(json.dumps({"_type": STATEMENT_TYPE, "subject": [], "predicateType": PREDICATE_TYPE,
+                             "predicate": {"inputs": [], "results": [], "checks": []}}))
     v = C.verify(p)
     assert v.problems and all(x.startswith(f"{p}::") and "fails its schema" in x for x in v.problems)
-    assert not v.signed and not v.signature_checked
+    assert not v.signed and not v.signature_checked and v.certificate is None
 
 
 def test_system_is_derived_from_the_manifests() -> None:
-    prof = load_profile("cpu")
-    mach = {"device_model": "x86_64", "device_count": 1, "device_memory_gb": 8.0, "driver": None, "runtime": None,
-            "cpu_cores": 2, "host_memory_gb": 23.4, "hostname": "h"}
-    m = {"machine": mach, "software": {"torch": "2.13.0", "threads": 2, "cudnn": None},
-         "runtime": {"kind": "local", "image_id": None, "lock_sha256": None}}
-    s = C.derive_system(prof, [m], "ignored-outside-docker")
+    prof = Profile.model_validate(load_profile("cpu"))
+    m = Manifest.model_validate(manifest(machine={"hostname": "h"}))
+    system = C.derive_system(prof, [m], "ignored-outside-docker")
+    s = dump(system)
     assert s["accelerator"] == {"vendor": "none", "model": "x86_64", "count": 1, "memory_gb": 8.0,
                                 "peak_bf16_tflops": 1.0}
     assert s["runtime"] == {"kind": "local", "image": None, "image_id": None, "lock_sha256": None}
     assert s["software"]["accelerator_driver"] is None and s["host"]["memory_gb"] == 23.4
-    docker = {**m, "runtime": {"kind": "torchrun", "image_id": "sha256:i", "lock_sha256": "l"}}
-    assert C.derive_system(prof, [docker], "harness-cpu:0.1.0")["runtime"]["kind"] == "docker"
-    other = {**m, "machine": {**mach, "device_count": 8}}
+    assert list(s["software"])[-2:] == ["accelerator_driver", "accelerator_runtime"]
+    docker = Manifest.model_validate(manifest(runtime={"kind": "torchrun", "image_id": "sha256:i",
+                                                       "lock_sha256": "a" * 64}))
+    assert C.derive_system(prof, [docker], "harness-cpu:0.1.0").runtime.kind == "docker"
+    other = Manifest.model_validate(manifest(machine={"hostname": "h", "device_count": 8}))
     assert C.system_disagreements([("a", m), ("b", other)]) == ["b recorded another machine than a"]
+    assert C.system_disagreements([("a", m), ("b", m)]) == []
     forged = {**s, "accelerator": {**s["accelerator"], "count": 8}}
     assert C.first_difference(forged, s, "/system") == ("/system/accelerator/count", 8, 1)
     assert C.first_difference(s, s) is None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
 import pytest
+from cert_builder import manifest
 
 from harness import mlperf as M
 from harness.config.recipe import resolve
@@ -15,9 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _manifest(recipe: str = "qwen3_1_7b", steps: int = 10, profile: str = "cpu") -> dict:
-    res = resolve(recipe, profile, "smoke")
-    return {"recipe": {"name": recipe, "path": f"recipes/{recipe}.json"}, "scale": "smoke", "profile": profile,
-            "seed": 42, "steps": {"requested": steps}, "resolved_config": res.config}
+    """A run's manifest as the run record holds it when the log is opened (the log reads it as its model)."""
+    return manifest(recipe, profile=profile, steps=steps, status="running")
 
 
 def _write(run: Path, manifest: dict, rewards: dict[int, float], status: str = "complete") -> Path:
@@ -151,14 +152,20 @@ def test_resume_cuts_the_log_back(tmp_path: Path) -> None:
 
 
 def test_system_description_fields() -> None:
-    doc = {"profile": {"name": "cpu"}, "harness": {"version": "0.1.0"},
-           "system": {"accelerator": {"vendor": "none", "model": "x86_64", "count": 1, "memory_gb": 8.0,
-                                      "peak_bf16_tflops": 1.0},
-                      "nodes": 1, "host": {"cpu_cores": 2, "memory_gb": 23.5, "hostname": "h"},
-                      "interconnect": {"intra_node": "none", "inter_node": "none"}, "collective_backend": "gloo",
-                      "software": {"torch": "2.13.0", "python": "3.11.2", "cuda": None, "threads": 2},
-                      "runtime": {"kind": "local", "image": None, "image_id": None, "lock_sha256": None}}}
-    d = M.system_description(doc)
+    from harness.records.certificate import Certificate
+
+    env = json.loads((ROOT / "certificates" / "gpu-1x-h200" / "certificate.json").read_text())
+    published = json.loads(base64.b64decode(env["payload"]))["predicate"]
+    cert = Certificate.model_validate({
+        **published, "profile": {**published["profile"], "name": "cpu"},
+        "harness": {**published["harness"], "version": "0.1.0"},
+        "system": {"accelerator": {"vendor": "none", "model": "x86_64", "count": 1, "memory_gb": 8.0,
+                                   "peak_bf16_tflops": 1.0},
+                   "nodes": 1, "host": {"cpu_cores": 2, "memory_gb": 23.5, "hostname": "h"},
+                   "interconnect": {"intra_node": "none", "inter_node": "none"}, "collective_backend": "gloo",
+                   "software": {"torch": "2.13.0", "python": "3.11.2", "cuda": None, "threads": 2},
+                   "runtime": {"kind": "local", "image": None, "image_id": None, "lock_sha256": None}}})
+    d = M.system_description(cert)
     assert d["accelerators_per_node"] == 1 and d["accelerator_model_name"] == "none x86_64"
     assert d["number_of_nodes"] == 1 and d["host_memory_capacity"] == "23.5 GB" and d["system_name"] == "cpu"
     assert "torch 2.13.0" in d["framework"] and "cuda" not in d["other_software_stack"]
@@ -167,5 +174,5 @@ def test_system_description_fields() -> None:
 @pytest.mark.parametrize("bench", sorted(R.references()))
 def test_every_benchmark_has_a_target(bench: str) -> None:
     ref = R.references()[bench]
-    assert ref["target"] is not None and 0.0 < ref["target"] <= 1.0
-    assert f"'target_accuracy': {ref['target']!r}" in (R.RULES_DIR / f"closed_{bench}.yaml").read_text()
+    assert ref.target is not None and 0.0 < ref.target <= 1.0
+    assert f"'target_accuracy': {ref.target!r}" in (R.RULES_DIR / f"closed_{bench}.yaml").read_text()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typed_records as typed
 
 from harness.core import reward
 from harness.judge import plots
@@ -39,6 +40,11 @@ def run_of(b: dict[str, Any]) -> dict[str, dict[int, float]]:
     return {m: dict(zip(s["steps"], s["values"])) for m, s in b["metrics"].items()}
 
 
+def curve_data(run: dict[str, dict[int, float]], b: dict[str, Any], **kw: Any) -> list[plots.Curve]:
+    """The figures of ``run`` against the partial baseline document ``b`` (read into its model)."""
+    return plots.curve_data(run, typed.baseline(b), **kw)
+
+
 def curve(curves: list[plots.Curve], stem: str) -> plots.Curve:
     return next(c for c in curves if c.stem == stem)
 
@@ -55,7 +61,7 @@ def legend_texts(fig: Any) -> list[str]:
 # ----------------------------------------------------------------------------- ranges and bands
 def test_a_bounded_reward_band_stays_in_0_1() -> None:
     b = wide()
-    reward_curve = curve(plots.curve_data(run_of(b), b), "reward")
+    reward_curve = curve(curve_data(run_of(b), b), "reward")
     for s in reward_curve.series:
         assert s.band is not None and min(s.band.lo) >= 0.0 and max(s.band.hi) <= 1.0, s.metric
     assert reward_curve.series[0].band.hi[-1] == 1.0 and reward_curve.series[0].band.lo[0] == 0.0  # clipped, not dropped
@@ -71,14 +77,14 @@ def test_a_bounded_reward_band_stays_in_0_1() -> None:
 
 def test_an_unbounded_metric_keeps_its_band() -> None:
     b = baseline(**{"actor/pg_loss": _spec([0.1, -0.2, 0.05, 0.0, 0.1, 0.2], 0.4)})
-    (s,) = curve(plots.curve_data(run_of(b), b), "loss").series
+    (s,) = curve(curve_data(run_of(b), b), "loss").series
     assert s.band.lo[0] == pytest.approx(0.1 - 1.2) and s.band.hi[0] == pytest.approx(0.1 + 1.2)
 
 
 def test_a_band_is_clipped_to_the_range_widened_by_recorded_values() -> None:
     """k1's KL estimate can go below 0: clipping at the known range never hides a value the run or baseline took."""
     b = baseline(**{KL: _spec([0.0, -0.05, 0.02, 0.1, 0.2, 0.1], 0.3)})
-    (s,) = curve(plots.curve_data(run_of(b), b), "kl").series
+    (s,) = curve(curve_data(run_of(b), b), "kl").series
     assert min(s.band.lo) == pytest.approx(-0.05)  # the lowest recorded value, not 0 and not -0.95
     assert s.band.hi[0] == pytest.approx(0.9)
 
@@ -106,7 +112,7 @@ def test_every_registered_reward_scores_in_the_range_the_plots_assume(name: str)
 # ----------------------------------------------------------------------------- telling things apart
 def test_each_band_is_named_and_drawn_differently() -> None:
     b = wide()
-    fig = plots.draw(curve(plots.curve_data(run_of(b), b), "reward"))
+    fig = plots.draw(curve(curve_data(run_of(b), b), "reward"))
     texts = legend_texts(fig)
     assert "band: train score (ref ± tol)" in texts and "band: val geo (ref ± tol)" in texts
     assert "train score (run)" in texts and "train score (baseline seed 42)" in texts
@@ -117,7 +123,7 @@ def test_each_band_is_named_and_drawn_differently() -> None:
 
 def test_the_baseline_is_drawn_above_a_run_that_repeats_it() -> None:
     b = wide()
-    fig = plots.draw(curve(plots.curve_data(run_of(b), b), "reward"))  # the run is the baseline, bit for bit
+    fig = plots.draw(curve(curve_data(run_of(b), b), "reward"))  # the run is the baseline, bit for bit
     for metric in (SCORE, VAL):
         (run,), (ref,) = artists(fig, f"run:{metric}"), artists(fig, f"baseline:{metric}")
         assert list(run.get_ydata()) == list(ref.get_ydata())
@@ -147,11 +153,11 @@ def test_failed_checks_from_a_verdict() -> None:
 
 def test_a_failed_step_is_marked_on_its_curve() -> None:
     b = wide()
-    b["metrics"][TP] = _spec([100.0] * 6, 5.0, tiers=())
     run = run_of(b)
+    run[TP] = {k: 100.0 for k in STEPS}  # a timing metric: the run's only, never a baseline's
     run[SCORE] = {k: v + (0.3 if k in (3, 4, 6) else 0.0) for k, v in run[SCORE].items()}
-    curves = plots.curve_data(run, b, throughput={"ref_value": 100.0, "tolerance": 15.0},
-                              failed=plots.failed_checks(CHECKS))
+    curves = curve_data(run, b, throughput=make_check("throughput", TP, None, 90.0, 100.0, 15.0, True, 4),
+                        failed=plots.failed_checks(CHECKS))
     fig = plots.draw(curve(curves, "reward"))
     (marks,) = artists(fig, f"failed:{SCORE}:band")
     assert list(marks.get_xdata()) == [3, 4, 6] and list(marks.get_ydata()) == [run[SCORE][k] for k in (3, 4, 6)]
@@ -170,7 +176,7 @@ def test_the_rarest_failure_is_drawn_largest_on_top() -> None:
     """exact fails at every step once anything differs; the few steps where band failed must still show."""
     b = wide()
     failed = {SCORE: [(k, "exact") for k in STEPS] + [(5, "band")]}
-    fig = plots.draw(curve(plots.curve_data(run_of(b), b, failed=failed), "reward"))
+    fig = plots.draw(curve(curve_data(run_of(b), b, failed=failed), "reward"))
     (exact,), (band,) = artists(fig, f"failed:{SCORE}:exact"), artists(fig, f"failed:{SCORE}:band")
     assert band.get_zorder() > exact.get_zorder() and band.get_markersize() > exact.get_markersize()
     assert band.get_marker() != exact.get_marker()
@@ -183,7 +189,7 @@ def test_a_failed_step_without_a_run_value_is_a_span() -> None:
     run = run_of(b)
     del run[SCORE][6]  # the run stopped at step 5
     failed = {SCORE: [(3, "band"), (6, "band"), (7, "band")]}
-    fig = plots.draw(curve(plots.curve_data(run, b, failed=failed), "reward"))
+    fig = plots.draw(curve(curve_data(run, b, failed=failed), "reward"))
     (marks,) = artists(fig, f"failed:{SCORE}:band")
     assert list(marks.get_xdata()) == [3]
     spans = [p for p in fig.axes[0].patches if p.get_gid() == "failed:span"]
@@ -192,7 +198,7 @@ def test_a_failed_step_without_a_run_value_is_a_span() -> None:
 
 def test_no_failures_no_marks() -> None:
     b = wide()
-    fig = plots.draw(curve(plots.curve_data(run_of(b), b, failed={}), "reward"))
+    fig = plots.draw(curve(curve_data(run_of(b), b, failed={}), "reward"))
     assert not [a for a in fig.axes[0].lines if (a.get_gid() or "").startswith("failed:")] and not any(t.startswith("failed") for t in legend_texts(fig))
 
 
@@ -201,15 +207,15 @@ def test_plot_curves_writes_one_png_per_figure(tmp_path: Path) -> None:
     b = wide()
     run = run_of(b)
     run["actor/entropy"] = {1: 0.5, 2: math.nan, 3: 0.4}  # a non-finite value is left out, not drawn at 0
-    written = plots.plot_curves(tmp_path, run, b, failed=plots.failed_checks(CHECKS))
+    written = plots.plot_curves(tmp_path, run, typed.baseline(b), failed=plots.failed_checks(CHECKS))
     assert [f for f, _ in written] == ["curves-reward.png", "curves-entropy.png"]
     for fname, _ in written:
         assert (tmp_path / fname).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    (entropy,) = curve(plots.curve_data(run, b), "entropy").series
+    (entropy,) = curve(curve_data(run, b), "entropy").series
     assert entropy.run == [(1, 0.5), (3, 0.4)]
 
 
 def test_upto_limits_the_baseline_not_the_run() -> None:
     b = wide()
-    (s, _) = curve(plots.curve_data(run_of(b), b, upto=3), "reward").series
+    (s, _) = curve(curve_data(run_of(b), b, upto=3), "reward").series
     assert [k for k, _ in s.ref] == [1, 2, 3] and s.band.steps == [1, 2, 3] and len(s.run) == 6

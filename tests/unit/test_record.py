@@ -34,7 +34,7 @@ def _manifest(x: int) -> dict:
     from harness.run.runner import base_manifest
 
     return {**base_manifest(resolve("qwen3_vl_30b", "cpu", "smoke"), steps=1, runtime="local", world=1, fault={}),
-            "x": x}
+            "seed": x}  # marks which manifest was written
 
 
 def test_record_refuses_an_existing_run_and_links(tmp_path: Path) -> None:
@@ -46,7 +46,7 @@ def test_record_refuses_an_existing_run_and_links(tmp_path: Path) -> None:
     assert mode == 0o666 & ~_umask()  # the usual mode of a new file, not mkstemp's 0600
     with pytest.raises(HarnessError, match="already holds manifest.json"):
         RunRecord(run, _manifest(2))
-    assert load_json_strict(run / "manifest.json")["x"] == 1
+    assert load_json_strict(run / "manifest.json")["seed"] == 1
     other = tmp_path / "other"
     other.mkdir()
     victim = tmp_path / "victim.txt"
@@ -91,11 +91,16 @@ def test_stage_is_internal_and_hidden_from_help() -> None:
 
 def test_record_baseline_reports_a_baseline_without_replay(tmp_path: Path, monkeypatch, capsys) -> None:
     """A model too large for a replay archive gives a baseline with no replay block: said, not a KeyError."""
+    import typed_records as typed
+
     import harness.judge.baseline_record as BR
     from harness.cli import main
 
-    doc = {"steps": 5, "noise_seeds": [43], "metrics": {}, "memory": {"value": 49.4},
-           "throughput": {"references": [{"value": 14473.0, "device_model": "NVIDIA H200", "relative_spread": 0.1}]}}
+    ref = {"value": 14473.0, "device_model": "NVIDIA H200", "relative_spread": 0.1, "threads": 1, "runtime": "local",
+           "seed_values": [14473.0], "recorded_utc": "2026-01-01T00:00:00Z"}
+    doc = typed.baseline({"steps": 5, "noise_seeds": [43], "metrics": {}, "throughput": {"references": [ref]},
+                          "memory": {"value": 49.4, "seed_values": [49.4], "relative_spread": 0.0}})
+    assert doc.replay is None
     monkeypatch.setattr(BR, "record", lambda *a, **k: doc)
     assert main(["record-baseline", "qwen3_1_7b", "--profile", "cpu", "--out", str(tmp_path / "b.json")]) == 0
     out = capsys.readouterr().out
