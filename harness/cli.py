@@ -19,6 +19,7 @@ from harness.errors import EXIT_USAGE, HarnessError, os_error
 # command name -> module under harness.commands (kept in the order `--help` lists them)
 COMMANDS: dict[str, str] = {
     "validate": "validate",
+    "plan": "plan",
     "run": "run",
     "compare": "compare",
     "record-baseline": "record_baseline",

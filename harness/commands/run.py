@@ -9,12 +9,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.commands import add_override_argument, add_target_arguments, chosen_profile, steps_count
 from harness.config.recipe import Resolved, resolve
 from harness.config.safety.check import preflight
-from harness.errors import EXIT_OK, HarnessError
+from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
 from harness.judge.tiers import REPLAY, STATISTICAL, TIER_ORDER
 from harness.run.plan import RunPlan
 from harness.run.rundir import default_run_dir
@@ -199,6 +199,7 @@ def build_plan(args: argparse.Namespace) -> RunPlan:
         sets = resume_overrides(run_dir, args.overrides)
         res = resolve_args(args, sets)
     preflight(res)
+    memory_plan = plan_before_run(res) if args.stage == "all" else None
     if args.stage == "train":
         runtime, image = ("torchrun", None) if args.runtime == "torchrun" else ("local", None)
     else:
@@ -212,12 +213,47 @@ def build_plan(args: argparse.Namespace) -> RunPlan:
                    nproc_per_node=args.nproc_per_node, replay=plan_replay(args, res, runtime), tier=args.tier,
                    baseline=args.baseline, candidates=getattr(args, "candidates", None),
                    probe=not getattr(args, "no_replay_probe", False), report=not getattr(args, "no_report", False),
-                   train_only=args.stage == "train")
+                   train_only=args.stage == "train", memory_plan=memory_plan)
+
+
+def plan_before_run(res: Resolved) -> dict[str, Any] | None:
+    """On an accelerator profile, before any process or container starts: the machine must have the profile's
+    device kind and count (a one-line refusal, exit 2, naming both), and the step traced by ``harness plan`` must
+    fit the device (else exit 1 with the largest consumer and a fix). Returns the plan (None on the cpu profile,
+    whose budget is the host's memory: ``harness plan`` plans it on request)."""
+    from harness.config.profiles import probe_machine
+
+    hw = res.hardware
+    if hw.device_type == "cpu":
+        return None
+    machine = probe_machine()
+    per_node = int(res.spec.trainer.n_gpus_per_node)
+    if machine.device_type != hw.device_type or machine.device_count < per_node:
+        raise HarnessError(f"profile {res.profile_name} needs {per_node} {hw.device_type} device(s) per node; this "
+                           f"machine has {machine.device_count} {machine.device_type} ({machine.device_model})",
+                           key_path="--profile", fix=f"run it on a {hw.accelerator.model} node, pick this machine's "
+                           f"profile, or see what it would need: `harness plan {res.name} --profile "
+                           f"{res.profile_name} --scale {res.scale}`")
+    from harness.commands.plan import make_plan
+
+    doc = make_plan(res)
+    if not doc["fits"]:
+        raise HarnessError(f"one step needs {doc['per_rank_peak_bytes'] / 1e9:.2f} GB per rank in the "
+                           f"{doc['peak_phase']} phase > {doc['budget_bytes'] / 1e9:.2f} GB usable (largest consumer: "
+                           f"{doc['largest_consumer']}; traced by `harness plan`)", key_path="--profile",
+                           fix=doc["fix"], exit_code=EXIT_FINDINGS)
+    return doc
 
 
 def execute(args: argparse.Namespace) -> int:
     plan = build_plan(args)
-    train_stage(plan)
+    try:
+        train_stage(plan)
+    finally:
+        if plan.memory_plan is not None and plan.run_dir.is_dir():
+            from harness.commands.plan import write_plan
+
+            write_plan(plan.memory_plan, plan.run_dir)
     if plan.train_only:
         return EXIT_OK
     return judge_and_report(plan)

@@ -13,7 +13,7 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from harness.core.typed_recipe import Recipe, Section
-from harness.records.base import PROFILE_NAME, Registered, field
+from harness.records.base import PROFILE_NAME, Registered, field, optional
 from harness.records.common import Interconnect
 
 PATCH = {"type": "object", "description": "A deep-merge patch: any object; checked by validating the merged result."}
@@ -59,6 +59,8 @@ class Accelerator(Section):
     count_per_node: int = field("Devices per node.", ge=1)
     memory_gb: float = field("Memory per device in GB (10^9 bytes); host RAM budget for cpu.", gt=0)
     peak_bf16_tflops: float = field("Dense bf16 peak per device (for MFU); measured or datasheet.", gt=0)
+    memory_bandwidth_gbps: Annotated[float, Field(gt=0)] | None = optional(
+        "Memory bandwidth per device in GB/s (datasheet; harness plan's step time).")
 
 
 class Host(Section):
@@ -91,3 +93,5 @@ class Profile(Section):
     host: Host = field("Host side of one node.")
     software: SoftwarePin = field("Stack the profile is certified with (null = not checked).")
     container_image: ContainerImage = field("Pinned image the profile runs in.")
+    sources: list[Annotated[str, Field(min_length=1)]] | None = optional(
+        "Where the declared rates (peak FLOP/s, memory and link bandwidths) come from.")

@@ -64,6 +64,8 @@ def _lean_forward(self: torch.nn.Module, hidden_states: Tensor) -> Tensor:
 def _same_bits(module: Any) -> bool:  # an RMSNorm of a transformers model (weight, variance_epsilon)
     """The lean forward gives the class's own bits on a sample (the check that the class is the one meant)."""
     w = module.weight
+    if w.device.type == "meta":  # shapes only (harness plan traces memory): the run checks the bits when it builds
+        return True
     n = w.shape[-1]
     x = torch.linspace(-4.0, 4.0, 15 * n, device=w.device).reshape(3, 5, n).sin().to(w.dtype)  # no RNG drawn
     with torch.no_grad():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import inspect
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
@@ -220,7 +221,9 @@ def build_models(cfg: Recipe, token_ids: dict[str, int], device: torch.device, s
     """Actor (trainable) and frozen reference copy, in the recipe's dtype, on ``device``."""
     model_cfg = cfg.model
     dtype = DTYPES[model_cfg.dtype]
-    attn, notes = pick_attention(model_cfg.attn_implementation, device)
+    attn, notes = pick_attention(model_cfg.attn_implementation,
+                                 torch.device("cuda" if cfg.trainer.device == "cuda" else "cpu")
+                                 if device.type == "meta" else device)
     experts = EXPERTS.get(cfg.actor_rollout_ref.actor.veomni.moe_implementation)
     if experts == "grouped_mm" and dtype == torch.float64:  # e.g. a baseline's float64 replay-noise run
         experts = "eager"
@@ -241,8 +244,8 @@ def build_models(cfg: Recipe, token_ids: dict[str, int], device: torch.device, s
         config._attn_implementation = attn  # noqa: SLF001 - transformers' documented way before init
         if experts is not None and hasattr(config, "_experts_implementation"):
             config._experts_implementation = experts  # noqa: SLF001
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with torch.random.fork_rng(devices=[]), (torch.device("meta") if device.type == "meta" else nullcontext()):
+            torch.manual_seed(seed)  # on "meta" (harness plan): shapes only, nothing allocated
             actor = cls(config).to(dtype=dtype)
     actor.to(device)
     if cfg.actor_rollout_ref.model.enable_gradient_checkpointing:

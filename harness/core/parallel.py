@@ -89,9 +89,10 @@ def shard_model(model: torch.nn.Module, mesh: Any, offload: bool) -> torch.nn.Mo
     return model
 
 
-def fsdp_wrapper(cfg: Recipe, world: int) -> Any:
-    """A ``model_wrapper`` for :class:`GRPOTrainer` that shards actor and reference."""
-    device_type = cfg.trainer.device
+def fsdp_wrapper(cfg: Recipe, world: int, mesh_device: str | None = None) -> Any:
+    """A ``model_wrapper`` for :class:`GRPOTrainer` that shards actor and reference (over a mesh of
+    ``mesh_device``, default the recipe's device; ``harness plan`` shards over fake ranks on "cpu")."""
+    device_type = mesh_device or cfg.trainer.device
     engine = cfg.actor_rollout_ref.actor.veomni
     offload_actor = bool(engine.param_offload or engine.optimizer_offload)
     offload_ref = bool(cfg.actor_rollout_ref.ref.param_offload)

@@ -84,6 +84,72 @@ def step_generator(device: torch.device, seed: int, step: int, rank: int, stream
     return gen
 
 
+class StepSizes(NamedTuple):
+    """One rank's batch arithmetic of a GRPO step (sequences = prompts × n)."""
+
+    prompts: int  # this rank's prompts
+    rows: int  # this rank's sequences
+    mini: int  # sequences per optimizer step (per rank)
+    micro: int  # sequences per update forward/backward
+    old_micro: int  # sequences per old log-prob forward
+    ref_micro: int  # sequences per reference log-prob forward
+    epochs: int
+    on_policy: bool  # one epoch over one mini-batch: the update's own forward gives the old log-probs
+
+
+def step_sizes(cfg: Recipe, world: int, rows: int | None = None) -> StepSizes:
+    """The batch arithmetic of :meth:`GRPOTrainer.step` at ``world`` ranks (``rows``: the sequences this rank
+    really holds, default the full share: ``train_batch_size / world`` prompts × n)."""
+    arr = cfg.actor_rollout_ref
+    n = arr.rollout.n
+    prompts = cfg.data.train_batch_size // world
+    rows = prompts * n if rows is None else rows
+    mini = arr.actor.ppo_mini_batch_size * n // world
+    return StepSizes(prompts=prompts, rows=rows, mini=mini, micro=arr.actor.ppo_micro_batch_size_per_gpu or mini,
+                     old_micro=arr.rollout.log_prob_micro_batch_size_per_gpu or rows,
+                     ref_micro=arr.ref.log_prob_micro_batch_size_per_gpu or rows, epochs=arr.actor.ppo_epochs,
+                     on_policy=is_on_policy(rows, mini, arr.actor.ppo_epochs))
+
+
+def ready_models(models: BuiltModules, cfg: Recipe, device: torch.device, dist: Dist) -> tuple[BuiltModules, str]:
+    """Built (and warm-started) models made ready to train on ``device``: the lean RMSNorms where the fast
+    kernels apply, the decode engine chosen, and the data-parallel wrapper (sharding) applied. Returns the
+    models and the decode engine. The run and ``harness plan`` (which traces a step) both go through here."""
+    if fast_kernels(device, cfg.deterministic):  # see harness.core.lean_norm
+        lean = use_lean_norms(models.actor)
+        models = replace(models, notes=(*models.notes, f"{lean} RMSNorms with the lean backward"))
+    engine, why = pick_engine(models.actor, device, sharded=dist.wrap is not None)
+    if why:
+        models = replace(models, notes=(*models.notes, why))
+    if dist.wrap is not None:
+        models = dist.wrap(models)
+    return models, engine
+
+
+def build_optimizer(cfg: Recipe, actor: torch.nn.Module, device: torch.device) -> tuple[torch.optim.Optimizer, Any]:
+    """The actor's AdamW (the kernel :func:`~harness.core.device.adamw_kernel` picks for ``device``) and its
+    LR schedule."""
+    optim = cfg.actor_rollout_ref.actor.optim
+    params = [p for p in actor.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=optim.lr, betas=(optim.betas[0], optim.betas[1]), weight_decay=optim.weight_decay,
+                            eps=1e-8, **adamw_kernel(device, cfg.deterministic))
+    total = int(cfg.trainer.total_training_steps)
+    warmup = optim.lr_warmup_steps if optim.lr_warmup_steps >= 0 else int(optim.lr_warmup_steps_ratio * total)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(
+        s, total=total, warmup=warmup, kind=optim.lr_scheduler_type, min_ratio=optim.min_lr_ratio))
+    return opt, sched
+
+
+def loss_config(cfg: Recipe) -> LossConfig:
+    """The policy loss's settings from the recipe's actor and rollout sections."""
+    actor = cfg.actor_rollout_ref.actor
+    return LossConfig(
+        clip_low=actor.clip_ratio_low, clip_high=actor.clip_ratio_high, clip_ratio_c=actor.clip_ratio_c,
+        agg_mode=actor.loss_agg_mode, entropy_coeff=actor.entropy_coeff, use_kl_loss=actor.use_kl_loss,
+        kl_coef=actor.kl_loss_coef, kl_type=actor.kl_loss_type,
+        temperature=cfg.actor_rollout_ref.rollout.temperature, policy_loss=actor.policy_loss.loss_mode)
+
+
 class GRPOTrainer:
     """Builds everything from a resolved recipe (the typed :class:`~harness.core.typed_recipe.Recipe`), then runs steps."""
 
@@ -117,24 +183,12 @@ class GRPOTrainer:
         self.warm_start_info = warm_start_fn(self) if warm_start_fn else {}
         if self.models.ref is not None and self.warm_start_info:
             self.models.ref.load_state_dict(self.models.actor.state_dict())
-        if fast_kernels(device, cfg.deterministic):  # see harness.core.lean_norm
-            lean = use_lean_norms(self.models.actor)
-            self.models = replace(self.models, notes=(*self.models.notes, f"{lean} RMSNorms with the lean backward"))
-        self.decode_engine, why = pick_engine(self.models.actor, device, sharded=self.dist.wrap is not None)
-        if why:
-            self.models = replace(self.models, notes=(*self.models.notes, why))
-        if self.dist.wrap is not None:
-            self.models = self.dist.wrap(self.models)
+        self.models, self.decode_engine = ready_models(self.models, cfg, device, self.dist)
         self.reward_fn = get_reward(cfg.reward.name)
-        self.optimizer, self.scheduler = self._optimizer()
+        self.optimizer, self.scheduler = build_optimizer(cfg, self.models.actor, device)
         if self.device.type == "cpu":
             release_host_memory()  # what the warm start freed must not count in the steps' peak
-        self.loss_cfg = LossConfig(
-            clip_low=self.actor_cfg.clip_ratio_low, clip_high=self.actor_cfg.clip_ratio_high,
-            clip_ratio_c=self.actor_cfg.clip_ratio_c, agg_mode=self.actor_cfg.loss_agg_mode,
-            entropy_coeff=self.actor_cfg.entropy_coeff, use_kl_loss=self.actor_cfg.use_kl_loss,
-            kl_coef=self.actor_cfg.kl_loss_coef, kl_type=self.actor_cfg.kl_loss_type,
-            temperature=self.rollout_cfg.temperature, policy_loss=self.actor_cfg.policy_loss.loss_mode)
+        self.loss_cfg = loss_config(cfg)
         self.advantage_sign = 1.0  # -1 only in the sign-flip mutation test
         self.replay: ReplaySource | None = None  # set for a replay run (harness.core.replay)
         self.last_rollout: tuple[RolloutBatch, dict[str, torch.Tensor]] | None = None
@@ -149,17 +203,6 @@ class GRPOTrainer:
         val = load_local(data.val_files) if data.val_files else build_synthetic(
             syn.tasks, syn.val_size, self.seed, "val", syn.image_size)
         return train, val
-
-    def _optimizer(self) -> tuple[torch.optim.Optimizer, Any]:
-        optim = self.actor_cfg.optim
-        params = [p for p in self.models.actor.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=optim.lr, betas=(optim.betas[0], optim.betas[1]), weight_decay=optim.weight_decay,
-                                eps=1e-8, **adamw_kernel(self.device, self.cfg.deterministic))
-        total = int(self.cfg.trainer.total_training_steps)
-        warmup = optim.lr_warmup_steps if optim.lr_warmup_steps >= 0 else int(optim.lr_warmup_steps_ratio * total)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(
-            s, total=total, warmup=warmup, kind=optim.lr_scheduler_type, min_ratio=optim.min_lr_ratio))
-        return opt, sched
 
     def _prompts_on_device(self, batch: list[Any]) -> tuple[dict[str, torch.Tensor], list[Any], list[Any], list[Any]]:
         collated = collate_prompts(batch, self.ids["pad"], self.ids["image_pad"])
@@ -264,30 +307,24 @@ class GRPOTrainer:
         timing["timing_s/adv"] = self._tock(t)
 
         lp_kw = dict(bias=self.bias, temperature=self.loss_cfg.temperature, image_pad_id=self.ids["image_pad"])
-        world = self.dist.world
-        mini = self.actor_cfg.ppo_mini_batch_size * n // world
-        on_policy = is_on_policy(rb.size, mini, self.actor_cfg.ppo_epochs)
+        sizes = step_sizes(self.cfg, self.dist.world, rows=rb.size)
         t = self._tick()
         attach_positions(self.models.actor, rb, self.ids["image_pad"])  # once, not per micro-batch and model
-        if not on_policy:  # on-policy, the update's own forward gives them
-            rb.tensors["old_logp"] = batched_logprobs(
-                self.models.actor, rb, self.rollout_cfg.log_prob_micro_batch_size_per_gpu or rb.size, **lp_kw)
+        if not sizes.on_policy:  # on-policy, the update's own forward gives them
+            rb.tensors["old_logp"] = batched_logprobs(self.models.actor, rb, sizes.old_micro, **lp_kw)
         timing["timing_s/old_log_prob"] = self._tock(t)
         if self.models.ref is not None:
             t = self._tick()
-            rb.tensors["ref_logp"] = batched_logprobs(
-                self.models.ref, rb, self.cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
-                or rb.size, **lp_kw)
+            rb.tensors["ref_logp"] = batched_logprobs(self.models.ref, rb, sizes.ref_micro, **lp_kw)
             timing["timing_s/ref"] = self._tock(t)
 
         t = self._tick()
-        micro = self.actor_cfg.ppo_micro_batch_size_per_gpu or mini
         self.models.actor.train()
-        upd = update_actor(self.models.actor, self.optimizer, self.scheduler, rb, cfg=self.loss_cfg, mini_size=mini,
-                           micro_size=micro, epochs=self.actor_cfg.ppo_epochs,
+        upd = update_actor(self.models.actor, self.optimizer, self.scheduler, rb, cfg=self.loss_cfg,
+                           mini_size=sizes.mini, micro_size=sizes.micro, epochs=sizes.epochs,
                            clip_grad=self.actor_cfg.optim.clip_grad, bias=self.bias,
                            image_pad_id=self.ids["image_pad"], all_reduce=self.dist.all_reduce,
-                           grad_scale=self.dist.grad_scale, on_policy=on_policy)
+                           grad_scale=self.dist.grad_scale, on_policy=sizes.on_policy)
         timing["timing_s/update_actor"] = self._tock(t)
         timing["timing_s/step"] = self._tock(t_step)
         return self._metrics(rb, rewards, upd, timing)

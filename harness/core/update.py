@@ -282,6 +282,7 @@ def update_actor(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sched
             for k, v in acc.items():
                 sums[k] = sums.get(k, 0.0) + v
             n_steps += 1
+    optimizer.zero_grad(set_to_none=True)  # the gradients are freed now, not held through the next rollout
     if scheduler is not None:
         scheduler.step()
     if on_policy:

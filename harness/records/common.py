@@ -70,3 +70,9 @@ class HarnessSource(Record):
 class Interconnect(Record):
     intra_node: str = field("Device-to-device link within a node.", min_length=1)
     inter_node: str = field("Node-to-node network.", min_length=1)
+    intra_node_gbps: Annotated[float, Field(gt=0)] | None = optional(
+        "Collective bandwidth per device within a node, GB/s in one direction (harness plan's step time).")
+    inter_node_gbps: Annotated[float, Field(gt=0)] | None = optional(
+        "Collective bandwidth per device between nodes, GB/s in one direction (harness plan's step time).")
+    host_link_gbps: Annotated[float, Field(gt=0)] | None = optional(
+        "Host-to-device link per device, GB/s in one direction (offloaded state; harness plan's step time).")

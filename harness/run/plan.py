@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from harness.config.recipe import Resolved, parse_override, resolve
 
@@ -37,6 +38,7 @@ class RunPlan:
     report: bool = True  # render report.html
     train_only: bool = False  # a child's stage: train and record; the caller judges
     simulated: bool = False  # ranks simulated on this machine's CPU (not the profile's devices)
+    memory_plan: dict[str, Any] | None = None  # what `harness plan` traced for an accelerator profile (plan.json)
 
     def variant(self, sets: Sequence[str], run_dir: Path, *, steps: int | None = None,
                 replay: Path | None = None) -> RunPlan:
