@@ -13,11 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from harness.commands import add_override_argument, add_target_arguments
-from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
+from harness.commands import add_override_argument, add_target_arguments, chosen_profile
+from harness.errors import EXIT_FINDINGS, EXIT_OK
 
 HELP = "Trace one full-size GRPO step on fake ranks: memory per rank and phase, collectives, step time; no device."
 
@@ -27,25 +26,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_override_argument(p)
     p.add_argument("--json", action="store_true", help="print the plan as one JSON document")
     p.add_argument("--rank", type=int, default=0, help="the rank traced (default 0; ranks hold equal shares)")
-
-
-def world_size(res: Any) -> int:
-    """Ranks of the resolved recipe: nnodes × devices per node (the cpu profile: one process)."""
-    t = res.spec.trainer
-    return 1 if t.device == "cpu" else int(t.nnodes) * int(t.n_gpus_per_node)
-
-
-def make_plan(res: Any, rank: int = 0) -> dict[str, Any]:
-    """The plan document of a resolved recipe (see :func:`harness.plan.estimate.plan_document`)."""
-    from harness.plan.estimate import plan_document
-    from harness.plan.trace import trace_step
-
-    world = world_size(res)
-    if not 0 <= rank < world:
-        raise HarnessError(f"rank {rank} is not in a world of {world}", key_path="--rank",
-                           fix=f"give a rank from 0 to {world - 1}")
-    trace = trace_step(res.spec, world=world, rank=rank)
-    return plan_document(res.spec, res.hardware, trace, recipe=res.name, scale=res.scale)
 
 
 def _gb(n: float) -> str:
@@ -83,11 +63,11 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from harness.commands.run import resolve_args
+    from harness.config.recipe import resolve
     from harness.config.safety.check import preflight
+    from harness.plan.estimate import make_plan
 
-    args.steps = None
-    res = resolve_args(args)
+    res = resolve(args.recipe, chosen_profile(args), args.scale, tuple(args.overrides))
     preflight(res, skip=("memory-preflight",))  # the trace measures what that rule estimates
     doc = make_plan(res, args.rank)
     print(json.dumps(doc, indent=2) if args.json else render(doc))
@@ -97,12 +77,3 @@ def execute(args: argparse.Namespace) -> int:
                          f"largest consumer {doc['largest_consumer']} (fix: {doc['fix']})\n")
         return EXIT_FINDINGS
     return EXIT_OK
-
-
-def write_plan(doc: dict[str, Any], run_dir: Path) -> Path:
-    """``plan.json`` beside a run's records (atomically)."""
-    from harness.jsonio import write_json_atomic
-
-    path = run_dir / "plan.json"
-    write_json_atomic(path, doc)
-    return path

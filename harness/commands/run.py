@@ -234,7 +234,7 @@ def plan_before_run(res: Resolved) -> dict[str, Any] | None:
                            key_path="--profile", fix=f"run it on a {hw.accelerator.model} node, pick this machine's "
                            f"profile, or see what it would need: `harness plan {res.name} --profile "
                            f"{res.profile_name} --scale {res.scale}`")
-    from harness.commands.plan import make_plan
+    from harness.plan.estimate import make_plan
 
     doc = make_plan(res)
     if not doc["fits"]:
@@ -251,7 +251,7 @@ def execute(args: argparse.Namespace) -> int:
         train_stage(plan)
     finally:
         if plan.memory_plan is not None and plan.run_dir.is_dir():
-            from harness.commands.plan import write_plan
+            from harness.plan.estimate import write_plan
 
             write_plan(plan.memory_plan, plan.run_dir)
     if plan.train_only:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness.config.typed_files import Profile
@@ -232,3 +233,31 @@ def plan_document(cfg: Recipe, profile: Profile, trace: StepTrace, *, recipe: st
         "trace": {"decode_steps": DECODE_STEPS, "placeholder_reads": trace.placeholder_reads,
                   "wall_s": round(trace.wall_s, 2), "sub_phases": trace.phases},
     }
+
+
+def world_size(res: Any) -> int:
+    """Ranks of the resolved recipe: nnodes × devices per node (the cpu profile: one process)."""
+    t = res.spec.trainer
+    return 1 if t.device == "cpu" else int(t.nnodes) * int(t.n_gpus_per_node)
+
+
+def make_plan(res: Any, rank: int = 0) -> dict[str, Any]:
+    """The plan document of a resolved recipe (see :func:`harness.plan.estimate.plan_document`)."""
+    from harness.errors import HarnessError
+    from harness.plan.trace import trace_step
+
+    world = world_size(res)
+    if not 0 <= rank < world:
+        raise HarnessError(f"rank {rank} is not in a world of {world}", key_path="--rank",
+                           fix=f"give a rank from 0 to {world - 1}")
+    trace = trace_step(res.spec, world=world, rank=rank)
+    return plan_document(res.spec, res.hardware, trace, recipe=res.name, scale=res.scale)
+
+
+def write_plan(doc: dict[str, Any], run_dir: Path) -> Path:
+    """``plan.json`` beside a run's records (atomically)."""
+    from harness.jsonio import write_json_atomic
+
+    path = run_dir / "plan.json"
+    write_json_atomic(path, doc)
+    return path

@@ -184,6 +184,11 @@ def trace_step(cfg: Recipe, *, world: int, rank: int = 0, decode_steps: int = DE
                 contextmanager(_kv_hook)(tracker, decode_seen):
             _materialise(models, tracker, offload_actor, offload_ref)
             actor = models.actor
+            if world == 1:  # unsharded: autograd accumulates the gradients (sharded: the reduce-scatter writes them)
+                for param in actor.parameters():
+                    if param.requires_grad:
+                        param.register_post_accumulate_grad_hook(
+                            lambda q: tracker.retag([q.grad] if q.grad is not None else [], "gradients"))
             optimizer, scheduler = build_optimizer(cfg, actor, device)
             _warm_optimizer(optimizer, tracker, offload_actor)
             optimizer.register_step_pre_hook(lambda *_: tracker.switch("optimizer", context="optimizer",

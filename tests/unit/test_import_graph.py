@@ -96,7 +96,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("records",),  # the documents every layer writes or reads (manifest, baseline, verdict, gate, certificate)
     ("core",),  # the GRPO engine: pure math, models, the trainer; its registries name what recipes may choose
     ("config",),  # recipe, profiles, schema (enums from the engine's registries), safety rules
-    ("mlperf", "run"),  # a run: runner, runtimes (local, docker, torchrun), checkpoints, records, MLPerf log
+    ("mlperf", "plan", "run"),  # a plan (one step traced on fake ranks); a run: runner, runtimes, checkpoints, MLPerf log
     ("judge", "verl", "images"),  # verdicts: baselines, tiers, compare, report, certificates; verl import/export
     ("commands",),
     ("cli", "__main__"),
