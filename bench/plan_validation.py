@@ -31,7 +31,7 @@ def main() -> int:
     cfg, _ = grpo_step.build_cfg(wl, torch.device("cuda"), args.micro, args.logprob_micro, args.gradient_checkpointing)
     spec = Recipe.model_validate(cfg)
     hw = resolve("qwen3_30b_a3b", "gpu-1x-h200", "reduced").hardware
-    w = plan_document(spec, hw, trace_step(spec, world=1), recipe="W", scale="bench")
+    w = plan_document(spec, hw, trace_step(spec, world=1, prompt_len=args.prompt_len), recipe="W", scale="bench")
     w_measured = json.loads((ROOT / "bench/results/2026-12-02-nvidia-h200.json").read_text())["ours"]["peak_mem_gb"]
     red = make_plan(resolve("qwen3_30b_a3b", "gpu-1x-h200", "reduced"))
     red_measured = json.loads((ROOT / "baselines/qwen3_30b_a3b/gpu-1x-h200-reduced.json").read_text())["memory"]["value"]

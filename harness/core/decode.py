@@ -17,7 +17,6 @@ The mask is built here as a 4-D boolean tensor, which transformers passes to the
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -207,17 +206,19 @@ class StaticDecoder:
         return s.responses.clone(), s.resp_mask.clone(), s.logps.clone()
 
 
-_DECODERS: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, StaticDecoder]] = weakref.WeakKeyDictionary()
+DECODERS_ATTR = "_harness_decoders"  # on the model: its decoders live and die with it
 KEEP_DECODERS = 2  # per model: the training rollout's shape and the validation's
 
 
 def decoder_for(model: HFModel, key: tuple, **kwargs: Any) -> StaticDecoder:
     """The decoder of ``model`` for ``key`` (every shape and sampling setting a captured graph bakes in).
 
-    Made on first use and kept (the most recently used :data:`KEEP_DECODERS` per model), so that a
-    run captures its decode graph once instead of once per rollout.
+    Made on first use and kept on the model (the most recently used :data:`KEEP_DECODERS`), so that a
+    run captures its decode graph once instead of once per rollout. A decoder refers to its model, so it is
+    kept *on* the model (a reference cycle the collector frees with the model), never in a table keyed by it:
+    a weak-keyed table whose values hold their keys would keep every model of the process alive.
     """
-    per_model = _DECODERS.setdefault(model, {})
+    per_model: dict[tuple, StaticDecoder] = model.__dict__.setdefault(DECODERS_ATTR, {})
     dec = per_model.pop(key, None) or StaticDecoder(model, **kwargs)
     per_model[key] = dec  # most recently used last
     while len(per_model) > KEEP_DECODERS:

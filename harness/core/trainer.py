@@ -111,6 +111,35 @@ def step_sizes(cfg: Recipe, world: int, rows: int | None = None) -> StepSizes:
                      on_policy=is_on_policy(rows, mini, arr.actor.ppo_epochs))
 
 
+def image_processing(cfg: Recipe) -> tuple[Any | None, int]:
+    """The image processor of a vision-language recipe (None for text) and its spatial merge size."""
+    vision = cfg.model.architecture.vision
+    if vision is None:
+        return None, 1
+    return build_image_processor(vision.patch_size, vision.temporal_patch_size, vision.spatial_merge_size,
+                                 vision.min_pixels, vision.max_pixels), vision.spatial_merge_size
+
+
+def datasets(cfg: Recipe) -> tuple[list[Any], list[Any]]:
+    """The recipe's (train, validation) examples: its local files, else its seeded synthetic tasks."""
+    data, seed = cfg.data, int(cfg.seed)
+    syn = data.synthetic
+    train = load_local(data.train_files) if data.train_files else build_synthetic(
+        syn.tasks, syn.train_size, seed, "train", syn.image_size)
+    val = load_local(data.val_files) if data.val_files else build_synthetic(
+        syn.tasks, syn.val_size, seed, "val", syn.image_size)
+    return train, val
+
+
+def prompt_loader(cfg: Recipe, examples: list[Any], tok: Any) -> PromptLoader:
+    """The training prompts, encoded (and checked against ``max_prompt_length``) as the run's loader holds them."""
+    data = cfg.data
+    processor, merge = image_processing(cfg)
+    return PromptLoader(examples, tok, processor, merge, batch_size=data.train_batch_size,
+                        max_prompt_length=data.max_prompt_length, truncation=data.truncation,
+                        filter_overlong_prompts=data.filter_overlong_prompts, shuffle=data.shuffle, seed=int(cfg.seed))
+
+
 def ready_models(models: BuiltModules, cfg: Recipe, device: torch.device, dist: Dist) -> tuple[BuiltModules, str]:
     """Built (and warm-started) models made ready to train on ``device``: the lean RMSNorms where the fast
     kernels apply, the decode engine chosen, and the data-parallel wrapper (sharding) applied. Returns the
@@ -166,17 +195,9 @@ class GRPOTrainer:
         self.actor_cfg, self.rollout_cfg = arr.actor, arr.rollout
         self.tok = load_tokenizer()
         self.ids = special_token_ids(self.tok)
-        vision = cfg.model.architecture.vision
-        self.merge = vision.spatial_merge_size if vision else 1
-        self.image_processor = build_image_processor(
-            vision.patch_size, vision.temporal_patch_size, self.merge, vision.min_pixels,
-            vision.max_pixels) if vision else None
-        self.train_examples, self.val_examples = self._datasets()
-        data = cfg.data
-        self.loader = PromptLoader(self.train_examples, self.tok, self.image_processor, self.merge,
-                                   batch_size=data.train_batch_size, max_prompt_length=data.max_prompt_length,
-                                   truncation=data.truncation, filter_overlong_prompts=data.filter_overlong_prompts,
-                                   shuffle=data.shuffle, seed=self.seed)
+        self.image_processor, self.merge = image_processing(cfg)
+        self.train_examples, self.val_examples = datasets(cfg)
+        self.loader = prompt_loader(cfg, self.train_examples, self.tok)
         self.models = build_models(cfg, self.ids, device, self.seed, with_ref=bool(self.actor_cfg.use_kl_loss))
         vocab = cfg.model.architecture.text.vocab_size
         self.bias = banned_bias(vocab, list(NON_SAMPLABLE) + list(range(len(self.tok), vocab)), device)
@@ -195,15 +216,6 @@ class GRPOTrainer:
         self.tokens_seen = 0
 
     # ------------------------------------------------------------------ setup helpers
-    def _datasets(self) -> tuple[list[Any], list[Any]]:
-        data = self.cfg.data
-        syn = data.synthetic
-        train = load_local(data.train_files) if data.train_files else build_synthetic(
-            syn.tasks, syn.train_size, self.seed, "train", syn.image_size)
-        val = load_local(data.val_files) if data.val_files else build_synthetic(
-            syn.tasks, syn.val_size, self.seed, "val", syn.image_size)
-        return train, val
-
     def _prompts_on_device(self, batch: list[Any]) -> tuple[dict[str, torch.Tensor], list[Any], list[Any], list[Any]]:
         collated = collate_prompts(batch, self.ids["pad"], self.ids["image_pad"])
         prompts = {k: collated[k].to(self.device) for k in ("input_ids", "attention_mask")}

@@ -195,6 +195,7 @@ def run_warm_start(tr: GRPOTrainer) -> dict[str, Any]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss.detach()))
+    opt.zero_grad(set_to_none=True)  # the gradients go with the warm start: the first step must not hold them
     info = {"key": key, "cached": False, "path": str(path), "weights_sha256": weights_sha256(model),
             "final_loss": losses[-1] if losses else None}
     if unwritable:

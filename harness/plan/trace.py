@@ -5,8 +5,9 @@ the run's :func:`~harness.core.trainer.ready_models` (lean norms, decode engine,
 over a *fake* process group of the profile's world size), then materialised as fake tensors. The
 step runs the run's own functions with this rank's true shapes (:func:`~harness.core.trainer.step_sizes`):
 
-- ``rollout``: :func:`~harness.core.rollout.generate` on this rank's prompts (every prompt at
-  ``max_prompt_length``), the prefill and ``decode_steps`` decode forwards. The KV cache is then
+- ``rollout``: :func:`~harness.core.rollout.generate` on this rank's prompts, every one as long as the
+  longest prompt of the recipe's training data as the run's loader encodes it (a batch is padded to its
+  longest: the step that draws it is the largest), the prefill and ``decode_steps`` decode forwards. The KV cache is then
   taken to its full length (prompt + ``max_response_length``) from the bytes per cached token the
   trace measured: the decode peak grows by exactly the cache's growth.
 - ``logprob``: one old log-prob micro-batch (unless the update is on-policy) and one reference one,
@@ -33,7 +34,16 @@ import torch
 from harness.core.model_builder import BuiltModules, banned_bias, build_models
 from harness.core.rollout import PROMPT_POSITIONS, RolloutBatch, generate
 from harness.core.tokenizer import load_tokenizer, special_token_ids
-from harness.core.trainer import Dist, StepSizes, build_optimizer, loss_config, ready_models, step_sizes
+from harness.core.trainer import (
+    Dist,
+    StepSizes,
+    build_optimizer,
+    datasets,
+    loss_config,
+    prompt_loader,
+    ready_models,
+    step_sizes,
+)
 from harness.core.typed_recipe import Recipe
 from harness.core.update import attach_positions, batched_logprobs, update_actor
 from harness.plan.tracker import Tracker
@@ -158,8 +168,11 @@ def _materialise(models: BuiltModules, tracker: Tracker, offload_actor: bool, of
                       tracker.state_category("parameters", off))
 
 
-def trace_step(cfg: Recipe, *, world: int, rank: int = 0, decode_steps: int = DECODE_STEPS) -> StepTrace:
-    """Trace one GRPO step of ``cfg`` (resolved for its profile) as rank ``rank`` of ``world`` (module docstring)."""
+def trace_step(cfg: Recipe, *, world: int, rank: int = 0, decode_steps: int = DECODE_STEPS,
+               prompt_len: int | None = None) -> StepTrace:
+    """Trace one GRPO step of ``cfg`` (resolved for its profile) as rank ``rank`` of ``world`` (module docstring).
+
+    ``prompt_len``: for a workload that feeds its own prompts (a benchmark), instead of the recipe data's longest."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from harness.core.parallel import fsdp_wrapper
@@ -170,8 +183,9 @@ def trace_step(cfg: Recipe, *, world: int, rank: int = 0, decode_steps: int = DE
     offload_actor = world > 1 and bool(engine_cfg.param_offload or engine_cfg.optimizer_offload)
     offload_ref = world > 1 and bool(arr.ref.param_offload)
     device = decision_device(cfg.trainer.device)
-    ids = special_token_ids(load_tokenizer())
-    P, R = cfg.data.max_prompt_length, cfg.data.max_response_length
+    tok = load_tokenizer()
+    ids = special_token_ids(tok)
+    P, R = prompt_len or longest_prompt(cfg, tok), cfg.data.max_response_length
     sizes = step_sizes(cfg, world)
     with fake_world(world, rank) as d:
         if world > 1:
@@ -248,6 +262,13 @@ def trace_step(cfg: Recipe, *, world: int, rank: int = 0, decode_steps: int = DE
                        for (ph, _), c in sorted(tracker.collectives.items())]
     out.wall_s = time.perf_counter() - t0
     return out
+
+
+def longest_prompt(cfg: Recipe, tok: Any) -> int:
+    """The longest training prompt, in tokens, as the run's loader encodes the recipe's data (each batch is
+    padded to its own longest, so the step that draws it is the largest)."""
+    train, _ = datasets(cfg)
+    return max(len(p.input_ids) for p in prompt_loader(cfg, train, tok).prompts)
 
 
 def decision_device(kind: str) -> torch.device:

@@ -99,7 +99,16 @@ def test_a_reused_static_decoder_keeps_nothing_of_its_last_rollout() -> None:
             assert torch.equal(got.response_ids, ref.response_ids), seed
             assert torch.equal(got.response_mask, ref.response_mask)
             torch.testing.assert_close(got.rollout_logp, ref.rollout_logp, rtol=0, atol=1e-12)
-    assert len(decode._DECODERS[model]) == 1, "one shape, one decoder"
+    assert len(vars(model)[decode.DECODERS_ATTR]) == 1, "one shape, one decoder"
+    # the decoder refers to its model: kept on the model, both are freed with it (a run after another in one
+    # process, a candidate or a gate's next recipe, must not hold the last one's weights and cache)
+    import gc
+    import weakref
+
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None, "a decoder keeps its model alive"
 
 
 def test_static_engine_greedy_and_filtered_sampling() -> None:
