@@ -26,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_override_argument(p)
     p.add_argument("--json", action="store_true", help="print the plan as one JSON document")
     p.add_argument("--rank", type=int, default=0, help="the rank traced (default 0; ranks hold equal shares)")
+    p.add_argument("--max-prompt-length", action="store_true",
+                   help="plan every prompt at data.max_prompt_length, the longest the recipe allows (default: the "
+                        "longest prompt of the recipe's own data, as the run's loader encodes it)")
 
 
 def _gb(n: float) -> str:
@@ -69,7 +72,7 @@ def execute(args: argparse.Namespace) -> int:
 
     res = resolve(args.recipe, chosen_profile(args), args.scale, tuple(args.overrides))
     preflight(res, skip=("memory-preflight",))  # the trace measures what that rule estimates
-    doc = make_plan(res, args.rank)
+    doc = make_plan(res, args.rank, longest_allowed=args.max_prompt_length)
     print(json.dumps(doc, indent=2) if args.json else render(doc))
     if not doc["fits"]:
         sys.stderr.write(f"error: {res.name} needs {_gb(doc['per_rank_peak_bytes'])} GB per rank in the "

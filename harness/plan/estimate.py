@@ -241,7 +241,7 @@ def world_size(res: Any) -> int:
     return 1 if t.device == "cpu" else int(t.nnodes) * int(t.n_gpus_per_node)
 
 
-def make_plan(res: Any, rank: int = 0) -> dict[str, Any]:
+def make_plan(res: Any, rank: int = 0, *, longest_allowed: bool = False) -> dict[str, Any]:
     """The plan document of a resolved recipe (see :func:`harness.plan.estimate.plan_document`)."""
     from harness.errors import HarnessError
     from harness.plan.trace import trace_step
@@ -250,7 +250,8 @@ def make_plan(res: Any, rank: int = 0) -> dict[str, Any]:
     if not 0 <= rank < world:
         raise HarnessError(f"rank {rank} is not in a world of {world}", key_path="--rank",
                            fix=f"give a rank from 0 to {world - 1}")
-    trace = trace_step(res.spec, world=world, rank=rank)
+    prompt_len = res.spec.data.max_prompt_length if longest_allowed else None  # else the data's longest
+    trace = trace_step(res.spec, world=world, rank=rank, prompt_len=prompt_len)
     return plan_document(res.spec, res.hardware, trace, recipe=res.name, scale=res.scale)
 
 

@@ -16,6 +16,10 @@ Integers for real. Token ids, masks, positions and indices built from real integ
 tracer makes) are computed for real when small (:data:`REAL_LIMIT`): the multimodal RoPE index and
 the masks read their values. Anything computed from a fake tensor stays fake.
 
+Data-dependent indices. What a top-k, sort, arg-max or sampler picks from fake data gets real placeholder
+indices spread evenly over the dimension it indexes: a MoE router's choice is balanced (every expert gets its
+share of the tokens), and the eager experts' loop over the experts hit runs as it would on real data.
+
 Data-dependent scalars. A fake tensor has no value, so ``.item()`` (the loss metrics, the gradient
 norm, AdamW's step count) cannot be read. The tracker answers each such read with a placeholder one
 (of the tensor's type) and counts it: what the step computes from them (metrics, a finite check, the
@@ -90,6 +94,13 @@ def _small_integers(out: Any) -> bool:
     ts = _tensors(out)
     return all(not (t.is_floating_point() or t.is_complex()) for t in ts) and \
         sum(t.numel() for t in ts) <= REAL_LIMIT
+
+
+def _index_ops() -> set[Any]:
+    """Ops whose integer result indexes their input's last dimension: given placeholder indices on fake data."""
+    a = torch.ops.aten
+    return {a.topk.default, a.sort.default, a.sort.stable, a.argsort.default, a.argsort.stable, a.argmax.default,
+            a.argmin.default, a.max.dim, a.min.dim, a.multinomial.default}
 
 
 def _placeholder(t: torch.Tensor) -> bool | int | float:
@@ -249,6 +260,8 @@ class Tracker(TorchDispatchMode):
         out = self._real_integers(func, args, kwargs, ins)
         if out is None:
             out = func(*args, **kwargs)
+            if func in _index_ops():
+                out = self._placeholder_indices(out, args[0])
         kind = _kind(func)
         if kind is not None:
             self._collective(kind, func, args, kwargs, out)
@@ -272,6 +285,23 @@ class Tracker(TorchDispatchMode):
         with unset_fake_temporarily():
             out = func(*args, **kwargs)
         return out if _small_integers(out) else None
+
+    def _placeholder_indices(self, out: Any, source: torch.Tensor) -> Any:
+        """The index result of a top-k, sort, arg-max or sampling op on fake data, as real indices spread evenly
+        over the indexed dimension (``arange % n``: each row's top-k distinct, a sort's a permutation); values
+        stay fake. A router's choice is then balanced: every expert gets its share of the tokens."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        n = max(1, source.shape[-1] if source.dim() else 1)
+
+        def real(t: Any) -> Any:
+            if not isinstance(t, torch.Tensor) or t.is_floating_point() or t.numel() > REAL_LIMIT:
+                return t
+            self.placeholder_reads += 1
+            with unset_fake_temporarily():
+                return (torch.arange(t.numel(), dtype=t.dtype) % n).reshape(t.shape)
+
+        return type(out)(real(t) for t in out) if isinstance(out, tuple) else real(out)
 
     def _collective(self, kind: str, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         ins = _tensors(args) + _tensors(kwargs)

@@ -172,3 +172,30 @@ def test_the_plan_document_has_every_promised_field() -> None:
     # the parameters the trace holds are the model's: fp32 smoke weights, actor (+ reference when KL is on)
     assert doc["phases"]["optimizer"]["breakdown"]["parameters"] >= trace.n_params * 4
     assert {f.name for f in fields(trace)} >= {"phases", "collectives", "sizes"}
+
+
+def test_a_fake_world_of_two_matches_two_real_cpu_ranks() -> None:
+    """The plan of rank 0 of two fake ranks against two real gloo processes (the run's FSDP2 wrapper), allocator
+    bytes as torch.profiler reports them during the second step: within 10 %."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import rank_memory
+
+    measured = rank_memory.measure("qwen3_1_7b", 2)
+    planned = rank_memory.planned("qwen3_1_7b", 2)
+    assert len(measured) == 2 and min(measured) > 0
+    for got in measured:
+        assert abs(planned / got - 1) <= 0.10, (planned, measured)
+
+
+def test_a_router_on_fake_data_gets_balanced_real_indices() -> None:
+    t = Tracker()
+    with FakeTensorMode(allow_non_fake_inputs=True), t:
+        logits = torch.randn(6, 8)  # 6 tokens, 8 experts
+        _, idx = torch.topk(logits, 2, dim=-1)
+        assert not isinstance(idx, FakeTensor)
+        assert idx.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7], [0, 1], [2, 3]]
+        hit = torch.nn.functional.one_hot(idx, 8).sum(dim=(0, 1)).nonzero()  # the eager experts' loop runs
+        assert hit.numel() == 8

@@ -1,0 +1,103 @@
+"""Allocator bytes of real CPU ranks, per rank: what `harness plan` predicts for the cpu profile, measured.
+
+    python bench/rank_memory.py [RECIPE ...] [--worlds 1 2]     # table: planned vs measured per rank
+
+Each rank is a process joining a gloo group (``world`` > 1: the run's own FSDP2 wrapper), builds the run's
+trainer for the recipe's smoke scale on the cpu profile (no warm start: its SFT is not a GRPO step) and runs two
+steps under ``torch.profiler`` with ``profile_memory``: every allocation and free the CPU allocator reports, in
+order, from before the trainer is built. The peak is the highest running total during the second step (the
+optimizer's state exists from the first), the steady state ``harness plan`` plans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+ROOT = Path(__file__).resolve().parents[1]
+STEP_MARK = "rank_memory.step2"
+
+
+def _resolved(recipe: str, world: int) -> Any:
+    from harness.config.recipe import resolve
+    from harness.run.runtime.rank import cpu_world
+
+    return cpu_world(resolve(recipe, "cpu", "smoke", ("trainer.total_training_steps=2",)), world)
+
+
+def _peak_in_step(prof: Any) -> int:
+    """The highest running total of the allocator's reports (allocations +, frees -) inside the marked step."""
+    events = list(prof.profiler.kineto_results.events())
+    mem = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    mark = next(e for e in events if e.name() == STEP_MARK)
+    start, end = mark.start_ns(), mark.start_ns() + mark.duration_ns()
+    total = peak = 0
+    for t, nbytes in mem:
+        total += nbytes
+        if start <= t <= end:
+            peak = max(peak, total)
+    return peak
+
+
+def _rank(rank: int, world: int, recipe: str, port: int, out: Any) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    from harness.core.parallel import distributed, shutdown
+    from harness.core.trainer import Dist, GRPOTrainer
+
+    res = _resolved(recipe, world)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        dist = distributed(res.spec, "gloo") if world > 1 else Dist()
+        tr = GRPOTrainer(res.spec, device=torch.device("cpu"), peak_tflops=1.0, dist=dist)
+        tr.step(1)
+        with torch.profiler.record_function(STEP_MARK):
+            tr.step(2)
+    out[rank] = _peak_in_step(prof)
+    if world > 1:
+        shutdown()
+
+
+def measure(recipe: str, world: int) -> list[int]:
+    """Per-rank allocator peak (bytes) of the second step of ``recipe`` (smoke, cpu) on ``world`` processes."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    manager = mp.Manager()
+    out = manager.dict()
+    mp.spawn(_rank, args=(world, recipe, port, out), nprocs=world, join=True)
+    return [int(out[r]) for r in range(world)]
+
+
+def planned(recipe: str, world: int) -> int:
+    from harness.plan.estimate import plan_document
+    from harness.plan.trace import trace_step
+
+    res = _resolved(recipe, world)
+    doc = plan_document(res.spec, res.hardware, trace_step(res.spec, world=world), recipe=recipe, scale="smoke")
+    return int(doc["per_rank_peak_bytes"])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("recipes", nargs="*", default=["qwen3_1_7b", "qwen3_30b_a3b", "qwen3_vl_30b"])
+    p.add_argument("--worlds", type=int, nargs="+", default=[1, 2])
+    args = p.parse_args()
+    print(f"cpu capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}")
+    for recipe in args.recipes:
+        for world in args.worlds:
+            got, want = measure(recipe, world), planned(recipe, world)
+            print(f"{recipe:<15} world {world}: planned {want / 1e6:8.1f} MB  measured per rank "
+                  f"{', '.join(f'{g / 1e6:.1f}' for g in got)} MB  ({(want / max(got) - 1) * 100:+.1f} %)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
