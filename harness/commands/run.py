@@ -198,8 +198,9 @@ def build_plan(args: argparse.Namespace) -> RunPlan:
     if args.resume is not None:  # the original run's --set overrides first, then the ones given now
         sets = resume_overrides(run_dir, args.overrides)
         res = resolve_args(args, sets)
-    preflight(res)
-    memory_plan = plan_before_run(res) if args.stage == "all" else None
+    planned = args.stage == "all" and res.hardware.device_type != "cpu"  # the plan replaces the memory estimate
+    preflight(res, skip=("memory-preflight",) if planned else ())
+    memory_plan = plan_before_run(res) if planned else None
     if args.stage == "train":
         runtime, image = ("torchrun", None) if args.runtime == "torchrun" else ("local", None)
     else:
@@ -220,7 +221,9 @@ def plan_before_run(res: Resolved) -> dict[str, Any] | None:
     """On an accelerator profile, before any process or container starts: the machine must have the profile's
     device kind and count (a one-line refusal, exit 2, naming both), and the step traced by ``harness plan`` must
     fit the device (else exit 1 with the largest consumer and a fix). Returns the plan (None on the cpu profile,
-    whose budget is the host's memory: ``harness plan`` plans it on request)."""
+    whose budget is the host's memory: ``harness plan`` plans it on request). On these profiles the plan replaces
+    the analytic ``memory-preflight`` rule, which estimates a verl deployment (its vLLM reservation) for
+    ``validate`` and ``lint-verl``."""
     from harness.config.profiles import probe_machine
 
     hw = res.hardware
