@@ -54,6 +54,24 @@ def _nvidia_driver() -> str | None:
     return None
 
 
+def device_processes(device_type: str) -> int | None:
+    """Processes holding an accelerator of this machine now (nvidia-smi's compute applications); None on the CPU,
+    on other accelerators, or when it cannot be read. Read before this process touches the device, it counts the
+    others: a throughput measured beside them is not a solo run's."""
+    import subprocess
+
+    if device_type != "cuda":
+        return None
+    try:
+        proc = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    return sum(1 for line in proc.stdout.splitlines() if line.strip())
+
+
 def probe_machine() -> Machine:
     """Read the live machine: accelerators via torch (torch_npu only if it is installed)."""
     import torch

@@ -133,10 +133,22 @@ def throughput_reference(env: Environment, steady_values: list[float], seed_valu
     run on a faster or slower machine of the same model is held to a floor scaled accordingly.
     """
     speeds = [m.calibration.speed_index for m in manifests if m.calibration]
+    sharers = [m.calibration.device_processes if m.calibration else None for m in manifests]
     return ThroughputRef(device_model=env.machine.device_model, threads=env.software.threads, runtime=runtime,
                          value=quantile(steady_values, q), seed_values=seed_values,
                          relative_spread=rel_spread(seed_values), recorded_utc=utc_now(),
-                         speed_index=statistics.median(speeds) if speeds else None)
+                         speed_index=statistics.median(speeds) if speeds else None,
+                         solo=None if None in sharers else not any(sharers))
+
+
+def refuse_shared_device(manifests: list[Manifest], run_dirs: list[Path]) -> None:
+    """A throughput reference is never recorded from a run that shared its accelerator with another process."""
+    for m, d in zip(manifests, run_dirs):
+        n = m.calibration.device_processes if m.calibration else None
+        if n:
+            raise HarnessError(f"{n} other process(es) held the {m.machine.device_model} when this run started: its "
+                               "throughput is not a solo run's", file=str(d / "manifest.json"),
+                               fix="record again when nothing else runs on the device (nvidia-smi shows none)")
 
 
 def metric_entries(all_series: list[dict[str, Series]], steps: int, policy: Policy, primary: str, *,

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.config.profiles import device_processes
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
 from harness.judge.baseline import (
@@ -30,6 +31,7 @@ from harness.judge.baseline import (
     load_series,
     quantile,
     reference_speeds,
+    refuse_shared_device,
     throughput_reference,
     write_baseline,
 )
@@ -71,7 +73,16 @@ def _seed_runs(primary: Any, profile: str, scale: str, seeds: int, steps: int | 
         if (run_dir / "manifest.json").exists():
             raise HarnessError("run directory already holds a run", file=str(run_dir), fix="choose another --runs-dir")
 
+    if jobs > 1 and primary.hardware.device_type != "cpu":
+        raise HarnessError(f"--jobs {jobs} would run seeds side by side on one {primary.hardware.accelerator.model}: "
+                           "their throughput would not be a solo run's", key_path="--jobs", fix="use --jobs 1")
+
     def one(k: int) -> None:
+        busy = device_processes(primary.hardware.device_type)
+        if busy:
+            raise HarnessError(f"{busy} other process(es) hold the device: a throughput reference recorded now would "
+                               "not be a solo run's", key_path="--profile",
+                               fix="record when nothing else runs on the device (nvidia-smi shows none)")
         log(f"record-baseline: seed {base_seed + k} ({k + 1}/{seeds}) -> {dirs[k]}")
         cmd = RunSpec(str(primary.path), profile, scale, out=str(dirs[k]), steps=steps or None,
                       overrides=(f"seed={base_seed + k}",) if k else (), runtime="local", stage="train",
@@ -137,6 +148,7 @@ def record(recipe: str, profile: str, scale: str, *, seeds: int, steps: int | No
     primary = resolve(recipe, profile, scale)
     need_steady_steps(steps or primary.spec.trainer.total_training_steps, DEFAULT_POLICY)
     dirs = _seed_runs(primary, profile, scale, seeds, steps, runs_dir, progress, log, jobs)
+    refuse_shared_device([read(d / "manifest.json", Manifest, "manifest") for d in dirs], dirs)
     doc = build_baseline(dirs, command=command)
     scratch = runs_dir / out.name
     not_kept = [n for n in load_json_strict(dirs[0] / "manifest.json").get("model", {}).get("notes", [])
@@ -175,6 +187,7 @@ def record_throughput(recipe: str, profile: str, scale: str, *, runs: int, steps
     need_steady_steps(steps or doc.steps, doc.policy)
     dirs = _seed_runs(primary, profile, scale, runs, steps or doc.steps, runs_dir, progress, log)
     manifests = [read(d / "manifest.json", Manifest, "manifest") for d in dirs]
+    refuse_shared_device(manifests, dirs)
     if manifests[0].recipe.hash != doc.recipe.hash:
         raise HarnessError("the recipe changed since the baseline was recorded", file=str(out),
                            fix="re-record the whole baseline")

@@ -112,6 +112,10 @@ class ThroughputRef(Record):
     speed_index: Positive | SkipJsonSchema[None] = optional(
         "Median machine speed of those runs (manifest calibration); a run's floor is scaled by its own speed / "
         "this.")
+    solo: bool | SkipJsonSchema[None] = optional(
+        "How it was measured: true when its runs went one at a time on an accelerator no other process held "
+        "(their manifests' calibration.device_processes all 0); absent when unknown (the CPU: see each run's "
+        "cpu_load).")
 
 
 class BaselineRecipe(Record):

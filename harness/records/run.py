@@ -115,6 +115,9 @@ class Calibration(Record):
     samples: list[Annotated[float, Field(gt=0, description="Repetitions per second.")]] = field("Start, end.",
                                                                                                min_length=1)
     workload: str = field("The fixed workload timed.", min_length=1)
+    device_processes: Annotated[int, Field(ge=0)] | None = optional(
+        "Other processes holding the accelerator when the run started (nvidia-smi); absent on the CPU or when "
+        "unknown. A throughput reference is only recorded from runs that had it to themselves.")
 
 
 class Manifest(Record):

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from harness import __version__, numerics
-from harness.config.profiles import probe_machine
+from harness.config.profiles import device_processes, probe_machine
 from harness.config.recipe import Resolved
 from harness.core.device import CALIBRATION_WORKLOAD, numerics_env, resolve_device, set_determinism, speed_index
 from harness.core.replay import ReplaySource, replay_storable, save_initial, save_step
@@ -185,6 +185,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                            fix=f"give --steps {start} or more")
     fault = parse_fault(os.environ.get("HARNESS_FAULT"))
     callbacks = callbacks_from_env(fault)  # fault injection and test hooks (harness.run.hooks)
+    sharers = device_processes(cfg.trainer.device) if dist.rank == 0 else None  # before this process touches it
     numerics.activate()
     set_determinism(int(cfg.seed), bool(cfg.deterministic))
     device = resolve_device(cfg.trainer.device, local_rank)
@@ -294,8 +295,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
         return {}
     speeds.append(speed_index(device))
     # the faster sample: a neighbour's burst during one sample must not lower the floor the run is held to
-    record.update(calibration={"speed_index": max(speeds), "samples": speeds,
-                               "workload": CALIBRATION_WORKLOAD})
+    record.update(calibration={"speed_index": max(speeds), "samples": speeds, "workload": CALIBRATION_WORKLOAD,
+                               **({"device_processes": sharers} if sharers is not None else {})})
     record.finish("complete")
     return record.manifest
 
