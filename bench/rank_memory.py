@@ -65,15 +65,60 @@ def _rank(rank: int, world: int, recipe: str, port: int, out: Any) -> None:
         shutdown()
 
 
-def measure(recipe: str, world: int) -> list[int]:
-    """Per-rank allocator peak (bytes) of the second step of ``recipe`` (smoke, cpu) on ``world`` processes."""
+def _rollout_rank(rank: int, world: int, recipe: str, port: int, out: Any) -> None:
+    """One rank's first rollout: its prompt indices, tokens, log-probs, and the all-gathers it issued."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    from harness.core.parallel import _units, distributed, shutdown
+    from harness.core.trainer import GRPOTrainer
+
+    res = _resolved(recipe, world)
+    tr = GRPOTrainer(res.spec, device=torch.device("cpu"), peak_tflops=1.0, dist=distributed(res.spec, "gloo"))
+    gathers = [0]
+    names = [n for n in ("all_gather_single", "all_gather_into_tensor") if hasattr(dist, n)]  # FSDP2's, by version
+    real = {n: getattr(dist, n) for n in names}
+
+    def counting(fn: Any) -> Any:
+        def counted(*a: Any, **k: Any) -> Any:
+            gathers[0] += 1
+            return fn(*a, **k)
+        return counted
+
+    for n in names:
+        setattr(dist, n, counting(real[n]))
+    batch = tr.loader.next_batch()
+    index = tr.shard(len(batch))
+    rb = tr.rollout([batch[i] for i in index], step=1, n=tr.rollout_cfg.n, sampling=tr.rollout_cfg,
+                    prompt_index=index, global_prompts=len(batch))
+    for n in names:
+        setattr(dist, n, real[n])
+    units = [u for u in _units(tr.models.actor) if u._get_fsdp_state()._fsdp_param_group is not None]
+    out[rank] = {"index": index, "tokens": rb.response_ids.tolist(), "logps": rb.rollout_logp.tolist(),
+                 "gathers": gathers[0], "units": len(units), "notes": list(tr.models.notes)}
+    shutdown()
+
+
+def sharded_rollouts(recipe: str, world: int) -> list[dict[str, Any]]:
+    """Each rank's first rollout of ``recipe`` (smoke, cpu) on ``world`` gloo processes (see :func:`_rollout_rank`)."""
+    return _spawn(_rollout_rank, recipe, world)
+
+
+def _spawn(fn: Any, recipe: str, world: int) -> list[Any]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     manager = mp.Manager()
     out = manager.dict()
-    mp.spawn(_rank, args=(world, recipe, port, out), nprocs=world, join=True)
-    return [int(out[r]) for r in range(world)]
+    mp.spawn(fn, args=(world, recipe, port, out), nprocs=world, join=True)
+    return [out[r] for r in range(world)]
+
+
+def measure(recipe: str, world: int) -> list[int]:
+    """Per-rank allocator peak (bytes) of the second step of ``recipe`` (smoke, cpu) on ``world`` processes."""
+    return [int(v) for v in _spawn(_rank, recipe, world)]
 
 
 def planned(recipe: str, world: int) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -140,10 +141,12 @@ def prompt_loader(cfg: Recipe, examples: list[Any], tok: Any) -> PromptLoader:
                         filter_overlong_prompts=data.filter_overlong_prompts, shuffle=data.shuffle, seed=int(cfg.seed))
 
 
-def ready_models(models: BuiltModules, cfg: Recipe, device: torch.device, dist: Dist) -> tuple[BuiltModules, str]:
+def ready_models(models: BuiltModules, cfg: Recipe, device: torch.device, dist: Dist,
+                 device_memory_bytes: float | None = None) -> tuple[BuiltModules, str]:
     """Built (and warm-started) models made ready to train on ``device``: the lean RMSNorms where the fast
-    kernels apply, the decode engine chosen, and the data-parallel wrapper (sharding) applied. Returns the
-    models and the decode engine. The run and ``harness plan`` (which traces a step) both go through here."""
+    kernels apply, the decode engine chosen, and the data-parallel wrapper (sharding) applied, with the
+    rollout's gathering decided (:func:`harness.core.parallel.gather_once`; ``device_memory_bytes`` None: the
+    host). Returns the models and the decode engine. The run and ``harness plan`` both go through here."""
     if fast_kernels(device, cfg.deterministic):  # see harness.core.lean_norm
         lean = use_lean_norms(models.actor)
         models = replace(models, notes=(*models.notes, f"{lean} RMSNorms with the lean backward"))
@@ -151,8 +154,22 @@ def ready_models(models: BuiltModules, cfg: Recipe, device: torch.device, dist: 
     if why:
         models = replace(models, notes=(*models.notes, why))
     if dist.wrap is not None:
+        from harness.core.parallel import gather_once
+
         models = dist.wrap(models)
+        once, note = gather_once(models.actor, device_memory_bytes)
+        models = replace(models, gather_once=once, notes=(*models.notes, note))
     return models, engine
+
+
+def rollout_scope(models: BuiltModules) -> Any:
+    """Around a rollout: the sharded actor's units gathered once (:func:`harness.core.parallel.gathered`), or
+    nothing to do."""
+    if not models.gather_once:
+        return nullcontext()
+    from harness.core.parallel import gathered
+
+    return gathered(models.actor)
 
 
 def build_optimizer(cfg: Recipe, actor: torch.nn.Module, device: torch.device) -> tuple[torch.optim.Optimizer, Any]:
@@ -183,7 +200,8 @@ class GRPOTrainer:
     """Builds everything from a resolved recipe (the typed :class:`~harness.core.typed_recipe.Recipe`), then runs steps."""
 
     def __init__(self, cfg: Recipe, *, device: torch.device, peak_tflops: float, dist: Dist | None = None,
-                 warm_start_fn: Callable[[GRPOTrainer], dict[str, Any]] | None = None) -> None:
+                 warm_start_fn: Callable[[GRPOTrainer], dict[str, Any]] | None = None,
+                 device_memory_gb: float | None = None) -> None:
         if cfg.model.path:  # a local model directory is checked before anything is built or read (again when loaded)
             check_model_dir(cfg, Path(cfg.model.path).expanduser())
         self.cfg = cfg
@@ -204,7 +222,8 @@ class GRPOTrainer:
         self.warm_start_info = warm_start_fn(self) if warm_start_fn else {}
         if self.models.ref is not None and self.warm_start_info:
             self.models.ref.load_state_dict(self.models.actor.state_dict())
-        self.models, self.decode_engine = ready_models(self.models, cfg, device, self.dist)
+        self.models, self.decode_engine = ready_models(
+            self.models, cfg, device, self.dist, device_memory_gb * 1e9 if device_memory_gb else None)
         self.reward_fn = get_reward(cfg.reward.name)
         self.optimizer, self.scheduler = build_optimizer(cfg, self.models.actor, device)
         if self.device.type == "cpu":
@@ -256,12 +275,13 @@ class GRPOTrainer:
         was_training = model.training
         model.eval()
         try:
-            return generate(model, prompts, n=n, max_new_tokens=self.cfg.data.max_response_length,
-                            temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                            eos_id=self.ids["eos"], pad_id=self.ids["pad"], image_pad_id=self.ids["image_pad"],
-                            bias=self.bias, uniforms=uniforms, group_ids=uids, pixels=pixels, grids=grids,
-                            greedy=greedy, ignore_eos=ignore_eos, run_to_length=self.dist.world > 1,
-                            engine=self.decode_engine)
+            with rollout_scope(self.models):
+                return generate(model, prompts, n=n, max_new_tokens=self.cfg.data.max_response_length,
+                                temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+                                eos_id=self.ids["eos"], pad_id=self.ids["pad"], image_pad_id=self.ids["image_pad"],
+                                bias=self.bias, uniforms=uniforms, group_ids=uids, pixels=pixels, grids=grids,
+                                greedy=greedy, ignore_eos=ignore_eos, run_to_length=self.dist.world > 1,
+                                engine=self.decode_engine)
         finally:
             model.train(was_training)
 

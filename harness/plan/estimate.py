@@ -11,12 +11,12 @@ Step time per rank, per phase, from the profile's declared rates (``peak_bf16_tf
 - compute: forward ``2·N·t + 2·L·H·d·t·c`` FLOPs for ``t`` tokens attending ``c`` positions
   (causal: ``c = S/2`` for a full sequence); backward twice the forward, plus one forward with
   gradient checkpointing.
-- memory: every decode step reads the whole model (all-gathered when sharded) and its rows' KV
+- memory: every decode step reads the whole model (gathered when sharded) and its rows' KV
   cache; the optimizer reads and writes its shard (parameters, gradients, two fp32 moments).
 - collectives: the traced bytes of each kind, scaled to the step (decode forwards, micro-batches,
   optimizer steps), over the shard group's link (intra-node when the group fits in a node).
-- host link: with offload, the shards go to the device for every forward and backward, and
-  gradients come back.
+- host link: with offload, the shards go to the device for every forward and backward (a rollout that
+  gathers once: once), and gradients come back.
 
 A phase takes the longest of the four (they overlap), which names its bound; the step is their sum.
 """
@@ -171,7 +171,7 @@ def step_time(cfg: Recipe, profile: Profile, trace: StepTrace, colls: list[dict[
     shard = trace.shard_group
     link = r.intra if shard <= profile.accelerator.count_per_node else r.inter
     s = trace.sizes
-    host_moves = {"rollout": trace.response_len, "logprob": _memory_traffic_forwards(trace),
+    host_moves = {"rollout": 1 if trace.gather_once else trace.response_len, "logprob": _memory_traffic_forwards(trace),
                   "update": 3 * s.epochs * math.ceil(s.rows / s.micro), "optimizer": 0}
     out: dict[str, dict[str, Any]] = {}
     for phase in PHASES:
@@ -251,7 +251,9 @@ def make_plan(res: Any, rank: int = 0, *, longest_allowed: bool = False) -> dict
         raise HarnessError(f"rank {rank} is not in a world of {world}", key_path="--rank",
                            fix=f"give a rank from 0 to {world - 1}")
     prompt_len = res.spec.data.max_prompt_length if longest_allowed else None  # else the data's longest
-    trace = trace_step(res.spec, world=world, rank=rank, prompt_len=prompt_len)
+    hw = res.hardware
+    memory = None if hw.device_type == "cpu" else hw.accelerator.memory_gb * GB
+    trace = trace_step(res.spec, world=world, rank=rank, prompt_len=prompt_len, device_memory_bytes=memory)
     return plan_document(res.spec, res.hardware, trace, recipe=res.name, scale=res.scale)
 
 

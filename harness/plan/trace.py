@@ -42,6 +42,7 @@ from harness.core.trainer import (
     loss_config,
     prompt_loader,
     ready_models,
+    rollout_scope,
     step_sizes,
 )
 from harness.core.typed_recipe import Recipe
@@ -70,6 +71,7 @@ class StepTrace:
     shard_group: int  # ranks one replica is sharded over (1: unsharded)
     kv_bytes_per_token: int  # per sequence and cached position
     update_micro_batches: int = 1  # update micro-batches traced (two when a mini-batch has two or more)
+    gather_once: bool = False  # sharded: the rollout gathers every unit once
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # peak_bytes, breakdown
     collectives: list[dict[str, Any]] = field(default_factory=list)  # phase, kind, count, bytes (traced)
     host_bytes: int = 0
@@ -169,10 +171,11 @@ def _materialise(models: BuiltModules, tracker: Tracker, offload_actor: bool, of
 
 
 def trace_step(cfg: Recipe, *, world: int, rank: int = 0, decode_steps: int = DECODE_STEPS,
-               prompt_len: int | None = None) -> StepTrace:
+               prompt_len: int | None = None, device_memory_bytes: float | None = None) -> StepTrace:
     """Trace one GRPO step of ``cfg`` (resolved for its profile) as rank ``rank`` of ``world`` (module docstring).
 
-    ``prompt_len``: for a workload that feeds its own prompts (a benchmark), instead of the recipe data's longest."""
+    ``prompt_len``: for a workload that feeds its own prompts (a benchmark), instead of the recipe data's longest.
+    ``device_memory_bytes``: the profile's device memory (the rollout's gathering depends on it; None: the host)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from harness.core.parallel import fsdp_wrapper
@@ -191,7 +194,7 @@ def trace_step(cfg: Recipe, *, world: int, rank: int = 0, decode_steps: int = DE
         if world > 1:
             d = replace(d, wrap=fsdp_wrapper(cfg, world, mesh_device="cpu"), grad_scale=float(world))
         built = build_models(cfg, ids, torch.device("meta"), int(cfg.seed), with_ref=bool(arr.actor.use_kl_loss))
-        models, engine = ready_models(built, cfg, device, d)
+        models, engine = ready_models(built, cfg, device, d, device_memory_bytes)
         tracker = Tracker(offload=offload_actor)
         decode_seen = [False]
         with FakeTensorMode(allow_non_fake_inputs=True), tracker, tracker.watching_resizes(), \
@@ -216,13 +219,16 @@ def trace_step(cfg: Recipe, *, world: int, rank: int = 0, decode_steps: int = DE
                 prompts = {"input_ids": _real_tokens((sizes.prompts, P)),
                            "attention_mask": _real_ones((sizes.prompts, P))}
                 actor.eval()
-                generate(actor, prompts, n=arr.rollout.n, max_new_tokens=decode_steps + 1,
-                         temperature=arr.rollout.temperature, top_k=arr.rollout.top_k, top_p=arr.rollout.top_p,
-                         eos_id=ids["eos"], pad_id=ids["pad"], image_pad_id=ids["image_pad"], bias=bias,
-                         uniforms=torch.zeros(decode_steps + 1, sizes.rows), group_ids=list(range(sizes.prompts)),
-                         pixels=[None] * sizes.prompts, grids=[None] * sizes.prompts, greedy=False,
-                         ignore_eos=False, run_to_length=world > 1,  # (the EOS checks read placeholders: go on)
-                         engine="static" if engine == "graph" else engine)  # same buffers; a graph needs CUDA
+                with rollout_scope(models):
+                    if models.gather_once:  # the whole model, gathered once for the rollout: parameters
+                        tracker.retag(list(actor.parameters()), "parameters")
+                    generate(actor, prompts, n=arr.rollout.n, max_new_tokens=decode_steps + 1,
+                             temperature=arr.rollout.temperature, top_k=arr.rollout.top_k, top_p=arr.rollout.top_p,
+                             eos_id=ids["eos"], pad_id=ids["pad"], image_pad_id=ids["image_pad"], bias=bias,
+                             uniforms=torch.zeros(decode_steps + 1, sizes.rows), group_ids=list(range(sizes.prompts)),
+                             pixels=[None] * sizes.prompts, grids=[None] * sizes.prompts, greedy=False,
+                             ignore_eos=False, run_to_length=world > 1,  # (the EOS checks read placeholders: go on)
+                             engine="static" if engine == "graph" else engine)  # same buffers; graphs need CUDA
             lp_kw = dict(bias=bias, temperature=arr.rollout.temperature, image_pad_id=ids["image_pad"])
             if not sizes.on_policy:
                 with tracker.in_phase("logprob.old"):
@@ -254,6 +260,7 @@ def trace_step(cfg: Recipe, *, world: int, rank: int = 0, decode_steps: int = DE
                     n_params=models.n_params, n_active_params=models.n_active_params, local_params=local,
                     offload=offload_actor, has_ref=models.ref is not None,
                     shard_group=_shard_group(cfg, world), kv_bytes_per_token=kv_per_token,
+                    gather_once=models.gather_once,
                     update_micro_batches=math.ceil(min(sizes.mini, 2 * sizes.micro) / sizes.micro), host_bytes=tracker.host_bytes(),
                     placeholder_reads=tracker.placeholder_reads, notes=list(models.notes))
     for name, p in tracker.phases.items():

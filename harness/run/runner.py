@@ -199,8 +199,9 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                     RunRecord(run_dir, {**base_manifest(res, steps=total, runtime=runtime, world=dist.world,
                                                         fault=fault), ROLLOUTS_KEY: replay_info})
             bar = _Progress(total, progress and record is not None)
-            trainer = GRPOTrainer(cfg, device=device, peak_tflops=res.hardware.accelerator.peak_bf16_tflops,
-                                  dist=dist,
+            hw = res.hardware
+            trainer = GRPOTrainer(cfg, device=device, peak_tflops=hw.accelerator.peak_bf16_tflops, dist=dist,
+                                  device_memory_gb=None if hw.device_type == "cpu" else hw.accelerator.memory_gb,
                                   warm_start_fn=None if source is not None else run_warm_start)  # replay: its policy
             for cb in callbacks:
                 cb.on_start(trainer)
