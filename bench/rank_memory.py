@@ -72,7 +72,8 @@ def _rollout_rank(rank: int, world: int, recipe: str, port: int, out: Any) -> No
     torch.set_num_threads(1)
     import torch.distributed as dist
 
-    from harness.core.parallel import _units, distributed, shutdown
+    from harness.core.gather import sharded_units
+    from harness.core.parallel import distributed, shutdown
     from harness.core.trainer import GRPOTrainer
 
     res = _resolved(recipe, world)
@@ -95,10 +96,31 @@ def _rollout_rank(rank: int, world: int, recipe: str, port: int, out: Any) -> No
                     prompt_index=index, global_prompts=len(batch))
     for n in names:
         setattr(dist, n, real[n])
-    units = [u for u in _units(tr.models.actor) if u._get_fsdp_state()._fsdp_param_group is not None]
+    units = sharded_units(tr.models.actor)
     out[rank] = {"index": index, "tokens": rb.response_ids.tolist(), "logps": rb.rollout_logp.tolist(),
                  "gathers": gathers[0], "units": len(units), "notes": list(tr.models.notes)}
     shutdown()
+
+
+def _unsharded_rank(rank: int, recipe: str, subsets: list[list[int]], out: Any) -> None:
+    """One unsharded model (one process, one thread) sampling each subset of the first batch's prompts."""
+    torch.set_num_threads(1)
+    from harness.core.trainer import GRPOTrainer
+
+    res = _resolved(recipe, 1)
+    tr = GRPOTrainer(res.spec, device=torch.device("cpu"), peak_tflops=1.0)
+    batch = tr.loader.next_batch()
+    for k, index in enumerate(subsets):
+        rb = tr.rollout([batch[i] for i in index], step=1, n=tr.rollout_cfg.n, sampling=tr.rollout_cfg,
+                        prompt_index=index, global_prompts=len(batch))
+        out[k] = {"tokens": rb.response_ids.tolist(), "logps": rb.rollout_logp.tolist(), "prompts": len(batch)}
+
+
+def unsharded_rollouts(recipe: str, subsets: list[list[int]]) -> list[dict[str, Any]]:
+    """What one unsharded model samples for each subset of prompts, in a fresh process like the ranks'."""
+    out = mp.Manager().dict()
+    mp.spawn(_unsharded_rank, args=(recipe, subsets, out), nprocs=1, join=True)
+    return [out[k] for k in range(len(subsets))]
 
 
 def sharded_rollouts(recipe: str, world: int) -> list[dict[str, Any]]:

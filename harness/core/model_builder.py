@@ -63,7 +63,7 @@ class BuiltModules:
     notes: tuple[str, ...]
     n_params: int
     n_active_params: int  # MoE: experts counted at top-k / num_experts
-    gather_once: bool = False  # sharded: every unit all-gathered once per rollout (harness.core.parallel.gathered)
+    gather_once: bool = False  # sharded: every unit all-gathered once per rollout (harness.core.gather.gathered)
 
 
 def _rope(text: TextArch) -> dict[str, Any]:

@@ -11,17 +11,15 @@
   denominators are global counts). The backward is therefore scaled by the world size.
 - Rollouts are data-parallel by prompt: a rank holds whole groups, so advantages need no gather.
 - A rollout gathers once: every unit is all-gathered before the rollout and kept whole until it ends
-  (:func:`gathered`), so its decode steps run without collectives, at one device's speed; when the whole
-  model is over half the device's memory the units are gathered layer by layer for every forward instead
-  (:func:`gather_once`), with a notice in the manifest.
+  (:func:`harness.core.gather.gathered`), so its decode steps run without collectives, at one device's
+  speed; when the whole model is over half the device's memory the units are gathered layer by layer for
+  every forward instead (:func:`harness.core.gather.gather_once`), with a notice in the manifest.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -112,48 +110,6 @@ def fsdp_wrapper(cfg: Recipe, world: int, mesh_device: str | None = None) -> Any
         return replace(built, actor=actor, ref=ref, notes=notes)
 
     return wrap
-
-
-GATHER_ONCE_FRACTION = 0.5  # the whole model may take at most this share of a device's memory during a rollout
-
-
-def _units(model: torch.nn.Module) -> list[Any]:
-    from torch.distributed.fsdp import FSDPModule
-
-    return [m for m in model.modules() if isinstance(m, FSDPModule)]
-
-
-def gather_once(model: torch.nn.Module, device_memory_bytes: float | None) -> tuple[bool, str]:
-    """Whether a rollout of the sharded ``model`` gathers every unit once (the whole model at most
-    :data:`GATHER_ONCE_FRACTION` of the device's memory; always on the host), and the manifest's notice."""
-    units = [u for u in _units(model) if u._get_fsdp_state()._fsdp_param_group is not None]  # noqa: SLF001
-    full = sum(p.numel() * p.element_size() for p in model.parameters())
-    if device_memory_bytes is not None and full > GATHER_ONCE_FRACTION * device_memory_bytes:
-        return False, (f"rollout: units gathered layer by layer for every forward (the whole model, {full / 1e9:.2f} "
-                       f"GB, is over {GATHER_ONCE_FRACTION:.0%} of the device's {device_memory_bytes / 1e9:.0f} GB)")
-    return True, (f"rollout: every FSDP2 unit gathered once per rollout ({len(units)} all-gathers, {full / 1e9:.2f} GB "
-                  "per rank), decode without collectives")
-
-
-@contextmanager
-def gathered(model: torch.nn.Module) -> Iterator[None]:
-    """Every FSDP2 unit of ``model`` all-gathered once and kept whole until the block ends, then resharded: the
-    forwards inside gather nothing. Each unit's own reshard-after-forward setting is restored after."""
-    units = _units(model)
-    groups = [u._get_fsdp_state()._fsdp_param_group for u in units]  # noqa: SLF001 - FSDP2's per-unit state
-    saved = [g.post_forward_mesh_info if g is not None else None for g in groups]
-    for u in units:
-        u.set_reshard_after_forward(False, recurse=False)
-    for u in units:
-        u.unshard()
-    try:
-        yield
-    finally:
-        for u in units:
-            u.reshard()
-        for g, info in zip(groups, saved):
-            if g is not None:
-                g.post_forward_mesh_info = info
 
 
 def shutdown() -> None:

@@ -33,6 +33,7 @@ from harness.core.device import (
     reset_peak_memory,
     synchronize,
 )
+from harness.core.gather import gather_once, gathered
 from harness.core.lean_norm import use_lean_norms
 from harness.core.model_builder import BuiltModules, banned_bias, build_models, check_model_dir
 from harness.core.replay import ReplaySource, replayed_batch
@@ -145,7 +146,7 @@ def ready_models(models: BuiltModules, cfg: Recipe, device: torch.device, dist: 
                  device_memory_bytes: float | None = None) -> tuple[BuiltModules, str]:
     """Built (and warm-started) models made ready to train on ``device``: the lean RMSNorms where the fast
     kernels apply, the decode engine chosen, and the data-parallel wrapper (sharding) applied, with the
-    rollout's gathering decided (:func:`harness.core.parallel.gather_once`; ``device_memory_bytes`` None: the
+    rollout's gathering decided (:func:`harness.core.gather.gather_once`; ``device_memory_bytes`` None: the
     host). Returns the models and the decode engine. The run and ``harness plan`` both go through here."""
     if fast_kernels(device, cfg.deterministic):  # see harness.core.lean_norm
         lean = use_lean_norms(models.actor)
@@ -154,8 +155,6 @@ def ready_models(models: BuiltModules, cfg: Recipe, device: torch.device, dist: 
     if why:
         models = replace(models, notes=(*models.notes, why))
     if dist.wrap is not None:
-        from harness.core.parallel import gather_once
-
         models = dist.wrap(models)
         once, note = gather_once(models.actor, device_memory_bytes)
         models = replace(models, gather_once=once, notes=(*models.notes, note))
@@ -163,12 +162,10 @@ def ready_models(models: BuiltModules, cfg: Recipe, device: torch.device, dist: 
 
 
 def rollout_scope(models: BuiltModules) -> Any:
-    """Around a rollout: the sharded actor's units gathered once (:func:`harness.core.parallel.gathered`), or
+    """Around a rollout: the sharded actor's units gathered once (:func:`harness.core.gather.gathered`), or
     nothing to do."""
     if not models.gather_once:
         return nullcontext()
-    from harness.core.parallel import gathered
-
     return gathered(models.actor)
 
 

@@ -1,0 +1,59 @@
+"""A sharded rollout gathers once: the FSDP2 units of a model all-gathered for a whole rollout.
+
+Apart from :mod:`harness.core.parallel` (which joins the job and shards), so the trainer can use it
+without importing the distributed set-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+GATHER_ONCE_FRACTION = 0.5  # the whole model may take at most this share of a device's memory during a rollout
+
+
+def _units(model: torch.nn.Module) -> list[Any]:
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+def sharded_units(model: torch.nn.Module) -> list[Any]:
+    """The FSDP2 units of ``model`` that shard parameters of their own (one all-gather each)."""
+    return [u for u in _units(model) if u._get_fsdp_state()._fsdp_param_group is not None]  # noqa: SLF001
+
+
+def gather_once(model: torch.nn.Module, device_memory_bytes: float | None) -> tuple[bool, str]:
+    """Whether a rollout of the sharded ``model`` gathers every unit once (the whole model at most
+    :data:`GATHER_ONCE_FRACTION` of the device's memory; always on the host), and the manifest's notice."""
+    units = sharded_units(model)
+    full = sum(p.numel() * p.element_size() for p in model.parameters())
+    if device_memory_bytes is not None and full > GATHER_ONCE_FRACTION * device_memory_bytes:
+        return False, (f"rollout: units gathered layer by layer for every forward (the whole model, {full / 1e9:.2f} "
+                       f"GB, is over {GATHER_ONCE_FRACTION:.0%} of the device's {device_memory_bytes / 1e9:.0f} GB)")
+    return True, (f"rollout: every FSDP2 unit gathered once per rollout ({len(units)} all-gathers, {full / 1e9:.2f} GB "
+                  "per rank), decode without collectives")
+
+
+@contextmanager
+def gathered(model: torch.nn.Module) -> Iterator[None]:
+    """Every FSDP2 unit of ``model`` all-gathered once and kept whole until the block ends, then resharded: the
+    forwards inside gather nothing. Each unit's own reshard-after-forward setting is restored after."""
+    units = _units(model)
+    groups = [u._get_fsdp_state()._fsdp_param_group for u in units]  # noqa: SLF001 - FSDP2's per-unit state
+    saved = [g.post_forward_mesh_info if g is not None else None for g in groups]
+    for u in units:
+        u.set_reshard_after_forward(False, recurse=False)
+    for u in units:
+        u.unshard()
+    try:
+        yield
+    finally:
+        for u in units:
+            u.reshard()
+        for g, info in zip(groups, saved):
+            if g is not None:
+                g.post_forward_mesh_info = info
