@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import junitparser
 import pytest
@@ -43,23 +44,25 @@ def _failed(xml: junitparser.JUnitXml) -> list[str]:
     return [case.name for suite in xml for case in suite if not case.is_passed]
 
 
-def test_a_failing_replay_gate_fails_in_junit(tmp_path: Path) -> None:
-    proc, gate, xml = _gate(tmp_path / "gate", REPLAY.name, 4)
+def _failing_verdict(tmp_path: Path, tier: str, steps: int) -> tuple[Any, junitparser.JUnitXml]:
+    """The gate's one verdict, at ``tier``, failed (exit 1), and its JUnit."""
+    proc, gate, xml = _gate(tmp_path / "gate", tier, steps)
     assert proc.returncode == 1, proc.stdout[-3000:]
     (entry,) = gate.entries
     v = entry.verdict
-    assert v is not None and v.tier == REPLAY.name and v.status == "fail"
+    assert v is not None and v.tier == tier and v.status == "fail"
+    return v, xml
+
+
+def test_a_failing_replay_gate_fails_in_junit(tmp_path: Path) -> None:
+    v, xml = _failing_verdict(tmp_path, REPLAY.name, 4)
     suite = next(iter(xml))
     assert suite.tests == len(v.checks) and suite.failures == sum(not c.passed for c in v.checks) >= 1
     assert all(name.startswith(REPLAY.name + ":") for name in _failed(xml))
 
 
 def test_a_failing_probe_and_candidates_fail_in_junit(tmp_path: Path) -> None:
-    proc, gate, xml = _gate(tmp_path / "gate", STATISTICAL.name, 12)
-    assert proc.returncode == 1, proc.stdout[-3000:]
-    (entry,) = gate.entries
-    v = entry.verdict
-    assert v is not None and v.tier == STATISTICAL.name and v.status == "fail"
+    v, xml = _failing_verdict(tmp_path, STATISTICAL.name, 12)
     assert v.candidates is not None and len(v.candidates) == 2, "the gate's run trains the candidates it lacks"
     assert v.replay_probe is not None, "and the replay probe"
     suite = next(iter(xml))
