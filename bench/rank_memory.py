@@ -91,9 +91,11 @@ def _rollout_rank(rank: int, world: int, recipe: str, port: int, out: Any) -> No
     for n in names:
         setattr(dist, n, counting(real[n]))
     batch = tr.loader.next_batch()
-    index = tr.shard(len(batch))
-    rb = tr.rollout([batch[i] for i in index], step=1, n=tr.rollout_cfg.n, sampling=tr.rollout_cfg,
-                    prompt_index=index, global_prompts=len(batch))
+    n = tr.rollout_cfg.n
+    rows = tr.shard(len(batch))
+    index = [r // n for r in rows[::n]]  # whole groups here (the mini-batch's prompts split over the ranks)
+    rb = tr.rollout([batch[i] for i in index], step=1, n=n, sampling=tr.rollout_cfg, rows=rows,
+                    global_rows=len(batch) * n)
     for n in names:
         setattr(dist, n, real[n])
     units = sharded_units(tr.models.actor)
@@ -110,9 +112,10 @@ def _unsharded_rank(rank: int, recipe: str, subsets: list[list[int]], out: Any) 
     res = _resolved(recipe, 1)
     tr = GRPOTrainer(res.spec, device=torch.device("cpu"), peak_tflops=1.0)
     batch = tr.loader.next_batch()
+    n = tr.rollout_cfg.n
     for k, index in enumerate(subsets):
-        rb = tr.rollout([batch[i] for i in index], step=1, n=tr.rollout_cfg.n, sampling=tr.rollout_cfg,
-                        prompt_index=index, global_prompts=len(batch))
+        rb = tr.rollout([batch[i] for i in index], step=1, n=n, sampling=tr.rollout_cfg,
+                        rows=[i * n + j for i in index for j in range(n)], global_rows=len(batch) * n)
         out[k] = {"tokens": rb.response_ids.tolist(), "logps": rb.rollout_logp.tolist(), "prompts": len(batch)}
 
 

@@ -36,6 +36,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "auto = docker when the daemon and image are there, else local")
     p.add_argument("--image", help="container image for --runtime docker (default: the profile's)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--simulate", action="store_true", help="run the accelerator profile's layout (nnodes x devices "
+                   "per node ranks, its sharding and batch sizes) as CPU processes on this machine (gloo); the "
+                   "manifest says simulated: true and lists what the CPU ran instead (harness/run/simulate.py)")
+    p.add_argument("--nnodes", type=int, help="with --simulate: simulate this many nodes of the profile, one torchrun "
+                   "launcher each on this machine (default: the scale's trainer.nnodes)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,6 +76,18 @@ def resolve_args(args: argparse.Namespace, sets: list[str] | None = None) -> Res
     return resolve(args.recipe, chosen_profile(args), args.scale, tuple(args.overrides if sets is None else sets))
 
 
+def as_asked(args: argparse.Namespace, res: Resolved) -> Resolved:
+    """``res`` simulated on CPU ranks with ``--simulate`` (:mod:`harness.run.simulate`), else as resolved."""
+    if getattr(args, "simulate", False):
+        from harness.run.simulate import simulated
+
+        return simulated(res, args.nnodes)
+    if getattr(args, "nnodes", None) is not None:
+        raise HarnessError("--nnodes only applies with --simulate (a real run takes its nodes from the recipe's "
+                           "profile settings)", key_path="--nnodes", fix="add --simulate, or drop --nnodes")
+    return res
+
+
 def plan_replay(args: argparse.Namespace, res: Resolved, runtime: str) -> Path | None:
     """The baseline to replay, or None for a free run.
 
@@ -79,26 +96,28 @@ def plan_replay(args: argparse.Namespace, res: Resolved, runtime: str) -> Path |
     software version, numerics pin, device, …): then a free run could only be judged statistically,
     while a replay checks every training step.
     """
-    from harness.judge.baseline import default_path, load_baseline
+    from harness.judge.baseline import load_baseline, reference_path
     from harness.run import environment
 
     forced = getattr(args, "tier", None)
-    path = args.baseline or default_path(res.name, res.profile_name, res.scale)
+    path = args.baseline or reference_path(res.name, res.profile_name, res.scale, res.hardware.reference_profile)
     if forced == REPLAY.name:
         if not path.is_file():
             raise HarnessError("no baseline to replay", file=str(path),
                                fix="record one (`harness record-baseline`) or name it with --baseline")
-        if runtime != "local":
-            raise HarnessError(f"a replay runs locally, not with --runtime {runtime}", key_path="--runtime",
-                               fix="use --runtime local")
+        if runtime not in ("local", "torchrun"):
+            raise HarnessError(f"a replay runs on this machine, not with --runtime {runtime}", key_path="--runtime",
+                               fix="use --runtime local (or torchrun)")
         return path
-    if forced is not None or args.stage == "train" or runtime != "local" or not path.is_file() \
+    if forced is not None or args.stage == "train" or runtime not in ("local", "torchrun") or not path.is_file() \
             or getattr(args, "resume", None) is not None:
         return None
     baseline = load_baseline(path)
     if not baseline.replay or baseline.environment is None or res.spec.seed != baseline.primary_seed:
         return None
-    live = environment.live_summary(res, "local", 1)
+    t = res.spec.trainer
+    world = t.nnodes * t.n_gpus_per_node if runtime == "torchrun" else 1
+    live = environment.live_summary(res, "torchrun" if runtime == "torchrun" else "local", world)
     blocking = [environment.change_text(c) for c in environment.changes(live, baseline.environment)
                 if c.blocks_exact]
     if not blocking:
@@ -198,10 +217,15 @@ def build_plan(args: argparse.Namespace) -> RunPlan:
     if args.resume is not None:  # the original run's --set overrides first, then the ones given now
         sets = resume_overrides(run_dir, args.overrides)
         res = resolve_args(args, sets)
-    planned = args.stage == "all" and res.hardware.device_type != "cpu"  # the plan replaces the memory estimate
-    preflight(res, skip=("memory-preflight",) if planned else ())
+    # the plan replaces the memory estimate; a simulated run has no device to plan for (`harness plan` plans it)
+    simulate = bool(getattr(args, "simulate", False))
+    planned = args.stage == "all" and res.hardware.device_type != "cpu" and not simulate
+    preflight(res, skip=("memory-preflight",) if planned or simulate else ())  # the profile's own rules
     memory_plan = plan_before_run(res) if planned else None
-    if args.stage == "train":
+    res = as_asked(args, res)
+    if res.simulation is not None:
+        runtime, image = simulated_runtime(args.runtime, res)
+    elif args.stage == "train":
         runtime, image = ("torchrun", None) if args.runtime == "torchrun" else ("local", None)
     else:
         runtime, image = choose_runtime(args.runtime, res, args.image)
@@ -214,7 +238,15 @@ def build_plan(args: argparse.Namespace) -> RunPlan:
                    nproc_per_node=args.nproc_per_node, replay=plan_replay(args, res, runtime), tier=args.tier,
                    baseline=args.baseline, candidates=getattr(args, "candidates", None),
                    probe=not getattr(args, "no_replay_probe", False), report=not getattr(args, "no_report", False),
-                   train_only=args.stage == "train", memory_plan=memory_plan)
+                   train_only=args.stage == "train", memory_plan=memory_plan, simulated=res.simulation is not None)
+
+
+def simulated_runtime(requested: str, res: Resolved) -> tuple[str, None]:
+    """A simulated run's ranks are processes on this machine: torchrun (one process: local), never a container."""
+    if requested == "docker":
+        raise HarnessError("--simulate runs the ranks as processes on this machine, not in a container",
+                           key_path="--runtime", fix="drop --runtime docker (or --simulate)")
+    return ("torchrun" if res.simulation and res.simulation["world_size"] > 1 else "local", None)
 
 
 def plan_before_run(res: Resolved) -> dict[str, Any] | None:

@@ -186,6 +186,7 @@ class Resolved:
     scale: str
     config: dict[str, Any]
     overrides: list[dict[str, Any]] = field(default_factory=list)
+    simulation: dict[str, Any] | None = None  # the layout simulated on CPU ranks (harness.run.simulate); None: real
 
     @property
     def config_hash(self) -> str:

@@ -95,3 +95,7 @@ class Profile(Section):
     container_image: ContainerImage = field("Pinned image the profile runs in.")
     sources: list[Annotated[str, Field(min_length=1)]] | None = optional(
         "Where the declared rates (peak FLOP/s, memory and link bandwidths) come from.")
+    reference_profile: str | None = optional(
+        "A one-device profile whose baselines judge this profile's runs where it has none of its own: the run "
+        "replays that baseline's recorded rollouts (teacher-forced), so only the training side is compared, "
+        "across world sizes and devices.", pattern=PROFILE_NAME)

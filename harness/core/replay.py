@@ -66,10 +66,21 @@ def replay_storable(model: torch.nn.Module) -> str | None:
             f"{REPLAY_MAX_PARAMS / 1e6:,.0f} M a replay archive holds (float32)")
 
 
-def save_initial(run_dir: Path, model: torch.nn.Module) -> None:
-    """The policy's weights before step 1 (float32 numpy: exact for fp32 and bf16 parameters)."""
-    arrays = {name: t.detach().to("cpu", torch.float32).numpy() for name, t in model.state_dict().items()}
-    _atomic_npz(run_dir / STEP_DIR / f"{INITIAL}.npz", arrays)
+def full_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's whole state on the CPU in float32; a sharded (FSDP2) model's shards are gathered, so every rank
+    of the job must call it."""
+    from torch.distributed.tensor import DTensor
+
+    return {name: (t.full_tensor() if isinstance(t, DTensor) else t).detach().to("cpu", torch.float32)
+            for name, t in model.state_dict().items()}
+
+
+def save_initial(run_dir: Path | None, model: torch.nn.Module) -> None:
+    """The policy's weights before step 1 (float32 numpy: exact for fp32 and bf16 parameters). Every rank of a
+    sharded job calls it (the shards are gathered); the one with ``run_dir`` writes it."""
+    arrays = {name: t.numpy() for name, t in full_state(model).items()}
+    if run_dir is not None:
+        _atomic_npz(run_dir / STEP_DIR / f"{INITIAL}.npz", arrays)
 
 
 def _atomic_npz(path: Path, arrays: dict[str, np.ndarray]) -> str:
@@ -94,8 +105,55 @@ def rollout_arrays(rb: Any, rewards: dict[str, torch.Tensor]) -> dict[str, np.nd
     }
 
 
-def save_step(run_dir: Path, step: int, rb: Any, rewards: dict[str, torch.Tensor]) -> None:
-    _atomic_npz(step_file(run_dir, step), rollout_arrays(rb, rewards))
+def save_step(run_dir: Path, step: int, arrays: dict[str, np.ndarray]) -> None:
+    _atomic_npz(step_file(run_dir, step), arrays)
+
+
+def _pad_to(a: np.ndarray, width: int, value: int, left: bool) -> np.ndarray:
+    extra = width - a.shape[1]
+    if extra <= 0:
+        return a
+    fill = np.full((a.shape[0], extra), value, dtype=a.dtype)
+    return np.concatenate([fill, a] if left else [a, fill], axis=1)
+
+
+def merge_ranks(parts: list[tuple[list[int], dict[str, np.ndarray]]], pad_id: int) -> dict[str, np.ndarray]:
+    """One step's rollout as one process would have recorded it, from each rank's (global rows, arrays): rows
+    in the global prompt order, prompts left-padded to the widest rank's, responses right-padded to the longest.
+    A replay at any world size takes its rows back with :func:`rank_rows`."""
+    total = sum(len(rows) for rows, _ in parts)
+    p_w = max(a["prompt_ids"].shape[1] for _, a in parts)
+    r_w = max(a["response_ids"].shape[1] for _, a in parts)
+    order = np.empty(total, dtype=np.int64)
+    pieces: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}
+    at = 0
+    for rows, a in parts:
+        order[at:at + len(rows)] = rows
+        at += len(rows)
+        pieces["prompt_ids"].append(_pad_to(a["prompt_ids"], p_w, pad_id, left=True))
+        pieces["prompt_mask"].append(_pad_to(a["prompt_mask"], p_w, 0, left=True))
+        pieces["response_ids"].append(_pad_to(a["response_ids"], r_w, pad_id, left=False))
+        pieces["response_mask"].append(_pad_to(a["response_mask"], r_w, 0, left=False))
+        for f in ("group_ids", "scores", "acc", "format"):
+            pieces[f].append(a[f])
+    inverse = np.argsort(order, kind="stable")
+    if not np.array_equal(order[inverse], np.arange(total)):
+        raise HarnessError("the ranks' prompts do not cover the step's batch once each", key_path="rollouts",
+                           fix="report this: the data-parallel split of the batch is inconsistent")
+    return {f: np.concatenate(v, axis=0)[inverse] for f, v in pieces.items()}
+
+
+def rank_rows(rec: dict[str, np.ndarray], rows: list[int], prompt_width: int) -> dict[str, np.ndarray]:
+    """The ``rows`` of a recorded step (a rank's share), their prompts cropped on the left to
+    ``prompt_width`` (the width this rank's own batch pads to; the columns cropped hold padding only, or the
+    prompts differ and :func:`replayed_batch` says so)."""
+    if rows and max(rows) >= len(rec["prompt_ids"]):
+        return rec  # more prompts than recorded: replayed_batch names the mismatch
+    out = {f: rec[f][rows] for f in FIELDS}
+    cut = out["prompt_ids"].shape[1] - prompt_width
+    if cut > 0 and not out["prompt_mask"][:, :cut].any():
+        out["prompt_ids"], out["prompt_mask"] = out["prompt_ids"][:, cut:], out["prompt_mask"][:, cut:]
+    return out
 
 
 def load_npz_checked(source: Path | bytes, *, what: str, fix: str,
@@ -267,9 +325,15 @@ class ReplaySource:
         if set(state) != set(own) or any(tuple(state[k].shape) != tuple(own[k].shape) for k in own):
             raise HarnessError("the recorded initial policy does not fit this run's model", file=str(self.path),
                                fix="replay with the recipe and scale the baseline was recorded with")
+        from torch.distributed.tensor import DTensor, distribute_tensor
+
         with torch.no_grad():
             for name, tensor in own.items():
-                tensor.copy_(state[name].to(tensor.dtype))
+                value = state[name].to(tensor.dtype)
+                if isinstance(tensor, DTensor):  # a sharded model: this rank's shard, cut locally (no collective)
+                    value = distribute_tensor(value.to(tensor.device), tensor.device_mesh, tensor.placements,
+                                              src_data_rank=None)
+                tensor.copy_(value)
 
     def step(self, step: int) -> dict[str, np.ndarray]:
         if not 1 <= step <= self.steps:

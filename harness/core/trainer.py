@@ -36,7 +36,7 @@ from harness.core.device import (
 from harness.core.gather import gather_once, gathered
 from harness.core.lean_norm import use_lean_norms
 from harness.core.model_builder import BuiltModules, banned_bias, build_models, check_model_dir
-from harness.core.replay import ReplaySource, replayed_batch
+from harness.core.replay import ReplaySource, rank_rows, replayed_batch
 from harness.core.reward import get_reward
 from harness.core.rollout import RolloutBatch, draw_uniforms, generate
 from harness.core.tokenizer import NON_SAMPLABLE, load_tokenizer, special_token_ids
@@ -216,7 +216,7 @@ class GRPOTrainer:
         self.models = build_models(cfg, self.ids, device, self.seed, with_ref=bool(self.actor_cfg.use_kl_loss))
         vocab = cfg.model.architecture.text.vocab_size
         self.bias = banned_bias(vocab, list(NON_SAMPLABLE) + list(range(len(self.tok), vocab)), device)
-        self.warm_start_info = warm_start_fn(self) if warm_start_fn else {}
+        self.warm_start_info = self._warm_start(warm_start_fn) if warm_start_fn else {}
         if self.models.ref is not None and self.warm_start_info:
             self.models.ref.load_state_dict(self.models.actor.state_dict())
         self.models, self.decode_engine = ready_models(
@@ -229,9 +229,19 @@ class GRPOTrainer:
         self.advantage_sign = 1.0  # -1 only in the sign-flip mutation test
         self.replay: ReplaySource | None = None  # set for a replay run (harness.core.replay)
         self.last_rollout: tuple[RolloutBatch, dict[str, torch.Tensor]] | None = None
+        self.last_rows: list[int] = []  # this rank's rows (sequences) of the last step's batch
         self.tokens_seen = 0
 
     # ------------------------------------------------------------------ setup helpers
+    def _warm_start(self, fn: Callable[[GRPOTrainer], dict[str, Any]]) -> dict[str, Any]:
+        """The warm start, trained (or loaded from its cache) by rank 0 first; the other ranks wait, then load
+        what it cached (the same weights: it is deterministic), instead of all training it at once."""
+        if self.dist.world == 1:
+            return fn(self)
+        info = fn(self) if self.dist.rank == 0 else {}
+        self.dist.all_gather_objects(None)
+        return info if self.dist.rank == 0 else fn(self)
+
     def _prompts_on_device(self, batch: list[Any]) -> tuple[dict[str, torch.Tensor], list[Any], list[Any], list[Any]]:
         collated = collate_prompts(batch, self.ids["pad"], self.ids["image_pad"])
         prompts = {k: collated[k].to(self.device) for k in ("input_ids", "attention_mask")}
@@ -242,31 +252,49 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ one GRPO step
     def shard(self, num_prompts: int) -> list[int]:
-        """Indices of this rank's prompts: every mini-batch of the global batch is split evenly over the ranks.
+        """The rows (sequences; prompt i's k-th response is row ``i·n + k``) this rank holds: every mini-batch of
+        the global batch is split evenly over the ranks, rank r keeping part r of each.
 
-        Rank r keeps part r of each mini-batch, so mini-batch j holds the same prompts whatever
-        the world size (a 2-process run matches a 1-process run), and a group never spans ranks.
+        Mini-batch j holds the same rows whatever the world size (a 2-process run matches a 1-process run).
+        When the mini-batch's prompts split over the ranks, a rank holds whole groups; otherwise (verl's rule:
+        ``ppo_mini_batch_size × n`` a multiple of the world, e.g. 8 prompts × 8 responses on 16 ranks) a group's
+        responses span ranks, and the advantages gather the scores (:meth:`_advantages`).
         """
-        world, rank = self.dist.world, self.dist.rank
+        world, rank, n = self.dist.world, self.dist.rank, self.rollout_cfg.n
         mini = self.actor_cfg.ppo_mini_batch_size
         if world == 1:
-            return list(range(num_prompts))
-        if mini % world or num_prompts % mini:
-            raise HarnessError(f"ppo_mini_batch_size {mini} prompts must split evenly over {world} ranks and divide "
-                               f"train_batch_size {num_prompts}", key_path="actor_rollout_ref.actor.ppo_mini_batch_size",
-                               fix="use a mini-batch size that is a multiple of the world size")
-        k = mini // world
-        return [j + rank * k + i for j in range(0, num_prompts, mini) for i in range(k)]
+            return list(range(num_prompts * n))
+        if num_prompts % mini or (mini * n) % world:
+            raise HarnessError(f"ppo_mini_batch_size {mini} x rollout.n {n} must split evenly over {world} ranks and "
+                               f"ppo_mini_batch_size divide train_batch_size {num_prompts}",
+                               key_path="actor_rollout_ref.actor.ppo_mini_batch_size",
+                               fix="use a mini-batch size whose responses are a multiple of the world size")
+        k = mini * n // world
+        return [j * n + rank * k + i for j in range(0, num_prompts, mini) for i in range(k)]
+
+    def _advantages(self, scores: torch.Tensor, group_ids: list[str], mask: torch.Tensor, split: bool) -> torch.Tensor:
+        """GRPO advantages of this rank's rows; when groups span ranks, from every rank's scores (gathered in rank
+        order: the rows of a mini-batch part are contiguous, so each group's members are all there)."""
+        adv_fn = algos.get_adv_estimator(self.cfg.algorithm.adv_estimator)
+        norm = bool(self.cfg.algorithm.norm_adv_by_std_in_grpo)
+        if not split:
+            return adv_fn(scores, group_ids, mask, eps=1e-6, norm_by_std=norm)
+        parts = self.dist.all_gather_objects((group_ids, scores.detach().cpu().tolist()))
+        at = sum(len(g) for g, _ in parts[:self.dist.rank])
+        every = torch.tensor([v for _, s in parts for v in s], dtype=scores.dtype)
+        per_row = adv_fn(every, [g for ids, _ in parts for g in ids], torch.ones(len(every), 1, dtype=torch.long),
+                         eps=1e-6, norm_by_std=norm)
+        return per_row[at:at + len(group_ids)].to(mask.device) * mask.to(per_row.dtype)
 
     def rollout(self, batch: list[Any], *, step: int, n: int, sampling: Sampling | Rollout, greedy: bool = False,
-                ignore_eos: bool = False, prompt_index: list[int] | None = None,
-                global_prompts: int | None = None) -> RolloutBatch:
-        """Sample n responses per prompt; sampling noise is keyed by (step, global prompt index, sample)."""
+                ignore_eos: bool = False, rows: list[int] | None = None,
+                global_rows: int | None = None) -> RolloutBatch:
+        """Sample n responses per prompt; sampling noise is keyed by (step, global row): ``rows`` are the global
+        rows sampled (default: this batch's own), of ``global_rows``."""
         prompts, pixels, grids, uids = self._prompts_on_device(batch)
-        index = prompt_index if prompt_index is not None else list(range(len(batch)))
-        rows = [i * n + j for i in index for j in range(n)]
+        rows = rows if rows is not None else list(range(len(batch) * n))
         gen = step_generator(torch.device("cpu"), self.seed, step, 0)
-        uniforms = draw_uniforms(gen, self.cfg.data.max_response_length, (global_prompts or len(batch)) * n,
+        uniforms = draw_uniforms(gen, self.cfg.data.max_response_length, global_rows or len(batch) * n,
                                  rows, self.device)
         model = self.models.actor
         was_training = model.training
@@ -282,12 +310,15 @@ class GRPOTrainer:
         finally:
             model.train(was_training)
 
-    def _replayed(self, batch: list[Any], step: int, n: int) -> tuple[RolloutBatch, dict[str, torch.Tensor]]:
-        """The recorded rollout of ``step`` on this run's own prompts (pixels from this run's data)."""
+    def _replayed(self, batch: list[Any], step: int, n: int,
+                  rows: list[int]) -> tuple[RolloutBatch, dict[str, torch.Tensor]]:
+        """The recorded rollout of ``step`` on this run's own prompts (pixels from this run's data); a rank replays
+        its own ``rows``."""
         assert self.replay is not None  # only a replay run asks
         prompts, pixels, grids, _ = self._prompts_on_device(batch)
         rep = lambda t: t.repeat_interleave(n, dim=0)  # noqa: E731 - groups contiguous, as in generate()
-        return replayed_batch(self.replay.step(step), rep(prompts["input_ids"]), rep(prompts["attention_mask"]),
+        rec = rank_rows(self.replay.step(step), rows, int(prompts["input_ids"].shape[1]))
+        return replayed_batch(rec, rep(prompts["input_ids"]), rep(prompts["attention_mask"]),
                               [p for p in pixels for _ in range(n)], [g for g in grids for _ in range(n)],
                               step=step, source=self.replay.path)
 
@@ -310,28 +341,30 @@ class GRPOTrainer:
         reset_peak_memory(self.device)
         t_step = self._tick()
         global_batch = self.loader.next_batch()
-        index = self.shard(len(global_batch))  # this rank's prompts; groups never split
-        batch = [global_batch[i] for i in index]
+        rows = self.shard(len(global_batch))
         n = self.rollout_cfg.n
+        split = self.actor_cfg.ppo_mini_batch_size % self.dist.world != 0  # a group's responses span ranks (all alike)
+        # whole groups: this rank's prompts, n responses each; split groups: one prompt entry per row
+        batch = [global_batch[r // n] for r in (rows if split else rows[::n])]
+        n_here = 1 if split else n
 
         t = self._tick()
         if self.replay is not None:  # teacher-forced: the baseline's tokens and rewards, no sampling
-            rb, rewards = self._replayed(batch, step, n)
+            rb, rewards = self._replayed(batch, step, n_here, rows)
         else:
-            rb = self.rollout(batch, step=step, n=n, sampling=self.rollout_cfg, prompt_index=index,
-                              global_prompts=len(global_batch))
+            rb = self.rollout(batch, step=step, n=n_here, sampling=self.rollout_cfg, rows=rows,
+                              global_rows=len(global_batch) * n)
         timing["timing_s/gen"] = self._tock(t)
 
         t = self._tick()
         if self.replay is None:
-            rewards = self.score(rb, [p.example for p in batch], n)
+            rewards = self.score(rb, [p.example for p in batch], n_here)
         timing["timing_s/reward"] = self._tock(t)
         self.last_rollout = (rb, rewards)
+        self.last_rows = rows
 
         t = self._tick()
-        adv_fn = algos.get_adv_estimator(self.cfg.algorithm.adv_estimator)
-        adv = adv_fn(rewards["scores"], rb.group_ids, rb.response_mask, eps=1e-6,
-                     norm_by_std=self.cfg.algorithm.norm_adv_by_std_in_grpo) * self.advantage_sign
+        adv = self._advantages(rewards["scores"], rb.group_ids, rb.response_mask, split) * self.advantage_sign
         rb.tensors.update(advantages=adv, scores=rewards["scores"])
         timing["timing_s/adv"] = self._tock(t)
 
@@ -439,17 +472,21 @@ class GRPOTrainer:
                               truncation=self.cfg.data.truncation,
                               filter_overlong_prompts=self.cfg.data.filter_overlong_prompts, shuffle=False,
                               seed=self.seed)
-        per_source: dict[str, list[float]] = {}
+        mine: list[tuple[int, int, str, float]] = []  # (batch, row, data source, score): this rank's prompts
+        world, rank = self.dist.world, self.dist.rank
         for i in range(len(loader)):
             batch = loader.next_batch()
             greedy = not vk.do_sample or vk.temperature == 0
             sampling = Sampling(temperature=vk.temperature or 1.0, top_k=vk.top_k, top_p=vk.top_p)
-            rb = self.rollout(batch, step=1_000_000 + step * 1000 + i, n=vk.n, sampling=sampling, greedy=greedy)
-            scores = self.score(rb, [p.example for p in batch], vk.n)["scores"].tolist()
-            for j, s in enumerate(scores):
-                per_source.setdefault(batch[j // vk.n].example.data_source, []).append(s)
-        out = {}
-        for src, vals in sorted(per_source.items()):
-            gathered = [v for part in self.dist.all_gather_objects(vals) for v in part]
-            out[f"val-core/{src}/reward/mean"] = float(np.mean(gathered))
-        return out
+            index = list(range(rank, len(batch), world))  # every world-th prompt: each validated by one rank
+            if not index:
+                continue
+            rows = [k * vk.n + j for k in index for j in range(vk.n)]
+            rb = self.rollout([batch[k] for k in index], step=1_000_000 + step * 1000 + i, n=vk.n,
+                              sampling=sampling, greedy=greedy, rows=rows, global_rows=len(batch) * vk.n)
+            scores = self.score(rb, [batch[k].example for k in index], vk.n)["scores"].tolist()
+            mine += [(i, row, batch[row // vk.n].example.data_source, v) for row, v in zip(rows, scores, strict=True)]
+        per_source: dict[str, list[float]] = {}
+        for _, _, src, v in sorted(x for part in self.dist.all_gather_objects(mine) for x in part):  # global order
+            per_source.setdefault(src, []).append(v)
+        return {f"val-core/{src}/reward/mean": float(np.mean(vals)) for src, vals in sorted(per_source.items())}

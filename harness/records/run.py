@@ -57,6 +57,20 @@ class Launch(Record):
                                     "container.", pattern=SHA256)
 
 
+class Simulation(Record):
+    """An accelerator profile's layout executed on CPU ranks (``--simulate``, :mod:`harness.run.simulate`)."""
+
+    profile_device: Device = field("The profile's device kind the CPU processes stood in for.")
+    device: Literal["cpu"] = field("What ran.")
+    nnodes: int = field("Nodes simulated (one torchrun launcher each, on this machine).", ge=1)
+    devices_per_node: int = field("Ranks per node.", ge=1)
+    world_size: int = field("Ranks in all.", ge=1)
+    backend: Literal["gloo"] = field("Collective backend that ran.")
+    profile_backend: str = field("The profile's collective backend.", min_length=1)
+    sharding: str = field("Sharding of actor and reference: full shard, or HSDP replicas x shard.", min_length=1)
+    substitutions: list[str] = field("KEY=VALUE each setting the CPU ranks ran instead of the profile's.")
+
+
 class Numerics(Record):
     level: Literal["avx2", "native"] = field("avx2 = pinned; native = each library uses the machine's widest ISA.")
     reason: str = field("Why this level (pinned, HARNESS_CPU_ISA=native, unsupported CPU, …).", min_length=1)
@@ -148,6 +162,9 @@ class Manifest(Record):
     replay: ReplayOf | None | SkipJsonSchema[None] = optional(
         "Set when the run replayed a baseline's recorded rollouts (teacher-forced); null for a free run.")
     fault_injection: Fault | None = field(FAULT)
+    simulated: Simulation | SkipJsonSchema[None] = optional(
+        "Set when the profile's layout ran on CPU ranks (--simulate): it proves the layout trains, and measures "
+        "nothing of the profile's hardware.")
     resolved_config: dict[str, Any] = field("The resolved recipe (schema: resolved-recipe).")
     model: BuiltModel | SkipJsonSchema[None] = optional("The model that was built (written once it exists).")
     warm_start: WarmStartUsed | None | SkipJsonSchema[None] = optional("Seed checkpoint used (null = none).")

@@ -27,7 +27,14 @@ from harness import __version__, numerics
 from harness.config.profiles import device_processes, probe_machine
 from harness.config.recipe import Resolved
 from harness.core.device import CALIBRATION_WORKLOAD, numerics_env, resolve_device, set_determinism, speed_index
-from harness.core.replay import ReplaySource, replay_storable, save_initial, save_step
+from harness.core.replay import (
+    ReplaySource,
+    merge_ranks,
+    replay_storable,
+    rollout_arrays,
+    save_initial,
+    save_step,
+)
 from harness.core.trainer import Dist, GRPOTrainer
 from harness.core.warmstart import run_warm_start
 from harness.errors import HarnessError
@@ -56,6 +63,7 @@ def base_manifest(res: Resolved, *, steps: int, runtime: str, world: int, fault:
         "software": software_versions(), "machine": dump(probe_machine()),
         "runtime": runtime_info(runtime, world), "env": numerics_env(), "numerics": numerics.record(),
         "fault_injection": fault or None, "resolved_config": res.config,
+        **({"simulated": res.simulation} if res.simulation else {}),
     }
 
 
@@ -172,9 +180,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     cfg = res.spec
     dist = dist or Dist()
     source, replay_info = open_replay(replay) if replay is not None else (None, None)
-    if source is not None and (dist.world > 1 or resume is not None):
-        raise HarnessError("a replay runs in one process and from the start", key_path="--tier replay",
-                           fix="replay with --runtime local and without --resume")
+    if source is not None and resume is not None:
+        raise HarnessError("a replay runs from the start", key_path="--tier replay", fix="replay without --resume")
     if source is not None and not steps:
         steps = source.steps
     plan = plan_resume(run_dir, res, resume, dist.world) if resume is not None else None
@@ -206,7 +213,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
             for cb in callbacks:
                 cb.on_start(trainer)
             trainer.replay = source
-            keep_rollouts = source is None and dist.world == 1 and record is not None
+            # every rank decides alike (a sharded job gathers its rows on rank 0): nothing here depends on the rank
+            keep_rollouts = source is None
             too_big = replay_storable(trainer.models.actor) if keep_rollouts else None
             keep_rollouts = keep_rollouts and not too_big
             if source is not None:  # start from the baseline's own policy (and reference)
@@ -214,7 +222,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                     if model is not None:
                         source.load_initial(model)
             elif keep_rollouts and start == 0:
-                save_initial(run_dir, trainer.models.actor)
+                save_initial(run_dir if record is not None else None, trainer.models.actor)
             if plan is not None and plan.path is not None:
                 load_checkpoint(trainer, plan.path)
             if record is not None and start == 0:
@@ -242,7 +250,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                 metrics = trainer.step(step)
                 metrics.update(load.stop())  # who else used the CPUs meanwhile (judges throughput fairly)
                 if keep_rollouts and trainer.last_rollout is not None:
-                    save_step(run_dir, step, *trainer.last_rollout)
+                    keep_step(trainer, run_dir if record is not None else None, step)
                 for cb in callbacks:
                     cb.on_step(step, metrics, dist.world)
                 if test_freq > 0 and (step % test_freq == 0 or step == total):
@@ -300,6 +308,18 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                                **({"device_processes": sharers} if sharers is not None else {})})
     record.finish("complete")
     return record.manifest
+
+
+def keep_step(trainer: GRPOTrainer, run_dir: Path | None, step: int) -> None:
+    """Record the step's rollout for replay (``rollouts/step-NNNNNN.npz``): the rows of a sharded job are gathered
+    in the batch's own order, as one process records them (:func:`harness.core.replay.merge_ranks`)."""
+    assert trainer.last_rollout is not None
+    arrays = rollout_arrays(*trainer.last_rollout)
+    if trainer.dist.world > 1:
+        parts = trainer.dist.all_gather_objects((trainer.last_rows, arrays))
+        arrays = merge_ranks(parts, trainer.ids["pad"])
+    if run_dir is not None:
+        save_step(run_dir, step, arrays)
 
 
 def own_cpu(dist: Dist) -> Any:

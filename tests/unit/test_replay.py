@@ -33,7 +33,7 @@ def _recorded(tmp_path, steps=2):
     run = tmp_path / "run"
     R.save_initial(run, torch.nn.Linear(2, 2))
     for step in range(1, steps + 1):
-        R.save_step(run, step, *_batch(step))
+        R.save_step(run, step, R.rollout_arrays(*_batch(step)))
     out = tmp_path / "b.rollouts.npz"
     return out, R.pack(run, steps, out)
 
@@ -140,7 +140,7 @@ def test_pack_reads_the_run_directory_through_the_same_checks(tmp_path):
     """record-baseline packs a run directory that may come from elsewhere: its archives are checked too."""
     run = tmp_path / "run"
     R.save_initial(run, torch.nn.Linear(2, 2))
-    R.save_step(run, 1, *_batch(1))
+    R.save_step(run, 1, R.rollout_arrays(*_batch(1)))
     np.savez(R.step_file(run, 1), prompt_ids=np.array([object()], dtype=object))
     with pytest.raises(HarnessError, match="recorded rollout: member 'prompt_ids.npy' has dtype"):
         R.pack(run, 1, tmp_path / "out.npz")
@@ -154,7 +154,7 @@ def test_initial_policy_round_trips_and_must_fit(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)).to(torch.bfloat16)
     R.save_initial(run, model)
-    R.save_step(run, 1, *_batch(1))
+    R.save_step(run, 1, R.rollout_arrays(*_batch(1)))
     out = tmp_path / "b.rollouts.npz"
     src = R.ReplaySource.open(out, R.pack(run, 1, out), 1)
     other = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)).to(torch.bfloat16)
@@ -173,3 +173,32 @@ def test_a_model_at_real_width_keeps_no_replay_archive(monkeypatch):
     assert why is not None and why.startswith("rollouts not kept for replay") and "0 M values" in why
     monkeypatch.setattr(R, "REPLAY_MAX_PARAMS", 110)
     assert R.replay_storable(small) is None  # the limit itself still fits
+
+
+@pytest.mark.parametrize("shares", [[[0, 1], [2, 3]], [[0], [1], [2], [3]], [[0, 1, 2], [3]]])
+def test_ranks_record_and_replay_what_one_process_records(shares):
+    """A sharded job's rollout, gathered in the batch's own order (each rank's prompts padded to its own longest),
+    is the one-process record bit for bit; each rank's replay takes back exactly its rows, cropped to its width."""
+    whole = R.rollout_arrays(*_batch(3))
+    pad = 0
+    whole["prompt_ids"] = np.where(whole["prompt_mask"] == 1, whole["prompt_ids"], pad)  # left padding, as collated
+    parts = []
+    for rows in shares:
+        mine = {f: whole[f][rows] for f in R.FIELDS}
+        lead = int((mine["prompt_mask"] == 0).all(axis=0).cumprod().sum())  # this rank pads to its own longest
+        mine["prompt_ids"], mine["prompt_mask"] = mine["prompt_ids"][:, lead:], mine["prompt_mask"][:, lead:]
+        parts.append((rows, mine))
+    merged = R.merge_ranks(list(reversed(parts)), pad)  # arrival order does not matter
+    for f in R.FIELDS:
+        assert merged[f].dtype == whole[f].dtype and np.array_equal(merged[f], whole[f]), f
+    for rows, mine in parts:
+        back = R.rank_rows(merged, rows, mine["prompt_ids"].shape[1])
+        for f in R.FIELDS:
+            assert np.array_equal(back[f], mine[f]), f
+
+
+def test_ranks_that_miss_a_row_are_refused():
+    whole = R.rollout_arrays(*_batch(3))
+    parts = [([0, 1], {f: whole[f][[0, 1]] for f in R.FIELDS}), ([1, 3], {f: whole[f][[1, 3]] for f in R.FIELDS})]
+    with pytest.raises(HarnessError, match="cover the step's batch once"):
+        R.merge_ranks(parts, 0)

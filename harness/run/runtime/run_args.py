@@ -27,6 +27,8 @@ class RunSpec:
     baseline: str | None = None       # --baseline FILE
     resume: str | None = None         # --resume RUN_DIR (``harness run``); the rank entry takes it as a flag
     extra: tuple[str, ...] = field(default=())  # launcher options that follow (torchrun's --nproc-per-node N)
+    simulate: bool = False            # --simulate: the profile's layout on CPU ranks (harness.run.simulate)
+    nnodes: int | None = None         # --nnodes N: nodes simulated
 
     def with_(self, **changes: Any) -> RunSpec:
         return replace(self, **changes)
@@ -36,6 +38,8 @@ class RunSpec:
         out += ["--steps", str(self.steps)] if self.steps else []
         for o in self.overrides:
             out += ["--set", o]
+        out += ["--simulate"] if self.simulate else []
+        out += ["--nnodes", str(self.nnodes)] if self.nnodes else []
         return out
 
     def run_args(self) -> list[str]:
@@ -52,12 +56,13 @@ class RunSpec:
         out += ["--quiet"] if self.quiet else []
         return out + list(self.extra)
 
-    def rank_args(self) -> list[str]:
-        """The arguments of one torchrun rank (``python -m harness.run.runtime.rank``): it trains the run in --out."""
+    def rank_args(self, replay: str | None = None) -> list[str]:
+        """The arguments of one torchrun rank (``python -m harness.run.runtime.rank``): it trains the run in --out
+        (``replay``: on that baseline's recorded rollouts)."""
         if self.out is None:
             raise ValueError("a rank needs the run directory (out)")
         return self._common() + ["--out", self.out] + (["--quiet"] if self.quiet else []) \
-            + (["--resume"] if self.resume is not None else [])
+            + (["--resume"] if self.resume is not None else []) + (["--replay", replay] if replay else [])
 
 
 def set_args(overrides: list[dict[str, Any]]) -> tuple[str, ...]:

@@ -51,7 +51,7 @@ def node_layout(res: Resolved, nproc_override: int | None = None) -> dict[str, o
                            fix="launch on as many nodes as the recipe's profile settings ask for")
     endpoint = os.environ.get("HARNESS_RDZV_ENDPOINT")
     if not endpoint:
-        if nnodes > 1:
+        if nnodes > 1 and not res.simulation:  # simulated nodes are launchers on this machine
             raise HarnessError("multi-node runs need HARNESS_RDZV_ENDPOINT=host:port (the rendezvous host)",
                                key_path="HARNESS_RDZV_ENDPOINT", fix="export it on every node (see `harness slurm`)")
         endpoint = f"127.0.0.1:{_free_port()}"
@@ -67,8 +67,11 @@ def torchrun_command(res: Resolved, args: Any, run_dir: Path, layout: dict[str, 
     spec = RunSpec(str(Path(res.path).resolve()), res.profile_name, res.scale, out=str(run_dir),
                    steps=getattr(args, "steps", None), overrides=tuple(getattr(args, "overrides", []) or []),
                    quiet=bool(getattr(args, "quiet", False)),
-                   resume=str(run_dir) if getattr(args, "resume", None) is not None else None)
-    return cmd + spec.rank_args()  # --resume: continue the run in --out
+                   resume=str(run_dir) if getattr(args, "resume", None) is not None else None,
+                   simulate=res.simulation is not None,
+                   nnodes=int(res.simulation["nnodes"]) if res.simulation else None)
+    replay = getattr(args, "replay", None)
+    return cmd + spec.rank_args(str(replay) if replay else None)  # --resume: continue the run in --out
 
 
 _FAIL = re.compile(r"^\s*rank\s*:\s*(\d+)\b.*\n\s*exitcode\s*:\s*(-?\d+)", re.M)
@@ -126,6 +129,7 @@ def launch(res: Resolved, args: Any, run_dir: Path) -> None:
     cmd = torchrun_command(res, args, run_dir, layout)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHELASTIC_ERROR_FILE": str(run_dir / "rank-error.json")}
     run_dir.mkdir(parents=True, exist_ok=True)
+    others = simulated_nodes(res, args, run_dir, layout, env)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
 
@@ -148,9 +152,14 @@ def launch(res: Resolved, args: Any, run_dir: Path) -> None:
             captured.append(line)
             sys.stderr.write(line)
         code = proc.wait()
+        if code == 0:
+            code = _wait_nodes(others, run_dir, captured)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+        for other in others:
+            if other.poll() is None:
+                os.killpg(other.pid, signal.SIGTERM)
     if code == 0:
         return
     output = "".join(captured)
@@ -171,6 +180,32 @@ def launch(res: Resolved, args: Any, run_dir: Path) -> None:
     write_text_atomic(run_dir / MARKER, "this run has not finished cleanly\n")
     raise HarnessError(f"distributed run failed: {summary}", file=str(run_dir),
                        fix="see the rank output above", exit_code=EXIT_FINDINGS)
+
+
+def simulated_nodes(res: Resolved, args: Any, run_dir: Path, layout: dict[str, object],
+                    env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
+    """``--simulate`` of a multi-node profile: the launchers of nodes 1.. on this machine, as each node would
+    start its own (same rendezvous endpoint, ``--node-rank`` i); their output goes to ``node-<i>.log``."""
+    if res.simulation is None or int(str(layout["nnodes"])) == 1:
+        return []
+    procs = []
+    for node in range(1, int(str(layout["nnodes"]))):
+        with open(run_dir / f"node-{node}.log", "wb") as log:
+            procs.append(subprocess.Popen(torchrun_command(res, args, run_dir, {**layout, "node_rank": node}),
+                                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+    return procs
+
+
+def _wait_nodes(procs: list[subprocess.Popen[bytes]], run_dir: Path, captured: list[str]) -> int:
+    """Wait for the other simulated nodes' launchers; the first failing one's exit code, with its log added to
+    ``captured`` and shown (its rank report names the failed rank)."""
+    for node, proc in enumerate(procs, 1):
+        if proc.wait():
+            text = (run_dir / f"node-{node}.log").read_text(errors="replace")
+            sys.stderr.write(text)
+            captured.append(text)
+            return proc.returncode
+    return 0
 
 
 def sbatch_script(res: Resolved, *, steps: int | None, out: str, partition: str | None, time_limit: str) -> str:
