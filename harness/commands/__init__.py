@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from harness.config.recipe import SCALES_DEFAULT
+from harness.config.recipe import SCALES_DEFAULT, Resolved
 
 
 def add_target_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,3 +50,26 @@ def chosen_profile(args: argparse.Namespace) -> str:
     from harness.config.profiles import live_profile_name
 
     return live_profile_name()
+
+
+def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
+    """--simulate and --nnodes: an accelerator profile's layout as CPU processes (:mod:`harness.run.simulate`)."""
+    p.add_argument("--simulate", action="store_true", help="run the accelerator profile's layout (nnodes x devices "
+                   "per node ranks, its sharding and batch sizes) as CPU processes on this machine (gloo); the "
+                   "manifest says simulated: true and lists what the CPU ran instead (harness/run/simulate.py)")
+    p.add_argument("--nnodes", type=int, help="with --simulate: simulate this many nodes of the profile, one torchrun "
+                   "launcher each on this machine (default: the scale's trainer.nnodes)")
+
+
+def as_asked(args: argparse.Namespace, res: Resolved) -> Resolved:
+    """``res`` simulated on CPU ranks with ``--simulate`` (:mod:`harness.run.simulate`), else as resolved."""
+    from harness.errors import HarnessError
+
+    if getattr(args, "simulate", False):
+        from harness.run.simulate import simulated
+
+        return simulated(res, args.nnodes)
+    if getattr(args, "nnodes", None) is not None:
+        raise HarnessError("--nnodes only applies with --simulate (a real run takes its nodes from the recipe's "
+                           "profile settings)", key_path="--nnodes", fix="add --simulate, or drop --nnodes")
+    return res

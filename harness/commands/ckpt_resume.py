@@ -11,7 +11,14 @@ import json
 import tempfile
 from pathlib import Path
 
-from harness.commands import add_override_argument, add_target_arguments, chosen_profile, steps_count
+from harness.commands import (
+    add_override_argument,
+    add_simulate_arguments,
+    add_target_arguments,
+    as_asked,
+    chosen_profile,
+    steps_count,
+)
 from harness.config.recipe import resolve
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
 
@@ -24,6 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_override_argument(p, ", applied to both runs")
     p.add_argument("--nproc-per-node", type=int, default=1, help="processes (torchrun) on the cpu profile; 1 = local")
     p.add_argument("--workdir", type=Path, help="where the two runs go (default: a temporary directory)")
+    add_simulate_arguments(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -33,7 +41,7 @@ def execute(args: argparse.Namespace) -> int:
     profile = chosen_profile(args)
     if args.steps < 2:
         raise HarnessError(f"--steps must be >= 2, got {args.steps}", key_path="--steps", fix="give 2 or more")
-    res = resolve(args.recipe, profile, args.scale, tuple(args.overrides))
+    res = as_asked(args, resolve(args.recipe, profile, args.scale, tuple(args.overrides)))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"ckpt-resume-{res.name}-"))
     result = ckpt_resume_check(res, workdir, args.steps, nproc=args.nproc_per_node)
     if args.json:

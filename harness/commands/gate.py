@@ -16,7 +16,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from harness.commands import chosen_profile, steps_count
+from harness.commands import add_simulate_arguments, as_asked, chosen_profile, steps_count
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
 from harness.jsonio import write_bytes_atomic, write_json_atomic, write_text_atomic
 from harness.judge.tiers import CKPT_RESUME, GROUPS, TIER_ORDER, make_check
@@ -41,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default 6; 0 = skip)")
     p.add_argument("--tier", choices=TIER_ORDER, help="judge every recipe by this tier (default: each run's "
                    "strictest eligible one; a runner that cannot reproduce the baselines bitwise replays them)")
+    add_simulate_arguments(p)
     p.add_argument("--junit", type=Path, help="write JUnit XML here")
     p.add_argument("--summary", type=Path, help="write the Markdown summary here")
 
@@ -65,10 +66,11 @@ def _recipes(args: argparse.Namespace, profile: str) -> list[str]:
 
 
 def run_one(recipe: str, profile: str, args: argparse.Namespace) -> GateEntry:
-    from harness.judge.baseline import default_path
+    from harness.config.profiles import load_profile
+    from harness.judge.baseline import reference_path
 
     run_dir = args.out / recipe
-    bpath = default_path(recipe, profile, args.scale, args.baselines)
+    bpath = reference_path(recipe, profile, args.scale, load_profile(profile).get("reference_profile"), args.baselines)
     if not bpath.is_file():  # nothing to judge against: fail fast instead of training first
         line = (f"NO-BASELINE {recipe} {profile}:{args.scale} no baseline at {bpath}; record one with `harness "
                 f"record-baseline {recipe} --profile {profile} --scale {args.scale} --seeds 3`")
@@ -83,7 +85,7 @@ def run_one(recipe: str, profile: str, args: argparse.Namespace) -> GateEntry:
     from harness.run.runtime.run_args import RunSpec
 
     cmd = RunSpec(recipe, profile, args.scale, out=str(run_dir), steps=args.steps, runtime=args.runtime, quiet=True,
-                  tier=args.tier, baseline=str(bpath)).run_args()
+                  tier=args.tier, baseline=str(bpath), simulate=args.simulate, nnodes=args.nnodes).run_args()
     print(f"gate: {recipe} ...", file=sys.stderr, flush=True)
     proc = harness_run(cmd, capture_output=True)
     vpath = run_dir / "verdict.json"
@@ -109,7 +111,7 @@ def ckpt_resume(entry: GateEntry, profile: str, args: argparse.Namespace) -> Gat
 
     print(f"gate: {entry.recipe} ckpt-resume ...", file=sys.stderr, flush=True)
     try:
-        check = ckpt_resume_check(resolve(entry.recipe, profile, args.scale),
+        check = ckpt_resume_check(as_asked(args, resolve(entry.recipe, profile, args.scale)),
                                   args.out / f"{entry.recipe}-ckpt-resume", args.ckpt_resume_steps)
         ok = bool(check["pass"])
         detail = "bitwise equal" if ok else f"first mismatch: {check['first_mismatch']}"

@@ -11,7 +11,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.commands import add_override_argument, add_target_arguments, chosen_profile, steps_count
+from harness.commands import (
+    add_override_argument,
+    add_simulate_arguments,
+    add_target_arguments,
+    as_asked,
+    chosen_profile,
+    steps_count,
+)
 from harness.config.recipe import Resolved, resolve
 from harness.config.safety.check import preflight
 from harness.errors import EXIT_FINDINGS, EXIT_OK, HarnessError
@@ -36,11 +43,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "auto = docker when the daemon and image are there, else local")
     p.add_argument("--image", help="container image for --runtime docker (default: the profile's)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    p.add_argument("--simulate", action="store_true", help="run the accelerator profile's layout (nnodes x devices "
-                   "per node ranks, its sharding and batch sizes) as CPU processes on this machine (gloo); the "
-                   "manifest says simulated: true and lists what the CPU ran instead (harness/run/simulate.py)")
-    p.add_argument("--nnodes", type=int, help="with --simulate: simulate this many nodes of the profile, one torchrun "
-                   "launcher each on this machine (default: the scale's trainer.nnodes)")
+    add_simulate_arguments(p)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,18 +77,6 @@ def resolve_args(args: argparse.Namespace, sets: list[str] | None = None) -> Res
     if args.steps is not None and args.steps < 1:
         raise HarnessError(f"--steps must be >= 1, got {args.steps}", key_path="--steps", fix="give a positive count")
     return resolve(args.recipe, chosen_profile(args), args.scale, tuple(args.overrides if sets is None else sets))
-
-
-def as_asked(args: argparse.Namespace, res: Resolved) -> Resolved:
-    """``res`` simulated on CPU ranks with ``--simulate`` (:mod:`harness.run.simulate`), else as resolved."""
-    if getattr(args, "simulate", False):
-        from harness.run.simulate import simulated
-
-        return simulated(res, args.nnodes)
-    if getattr(args, "nnodes", None) is not None:
-        raise HarnessError("--nnodes only applies with --simulate (a real run takes its nodes from the recipe's "
-                           "profile settings)", key_path="--nnodes", fix="add --simulate, or drop --nnodes")
-    return res
 
 
 def plan_replay(args: argparse.Namespace, res: Resolved, runtime: str) -> Path | None:
@@ -218,11 +209,12 @@ def build_plan(args: argparse.Namespace) -> RunPlan:
         sets = resume_overrides(run_dir, args.overrides)
         res = resolve_args(args, sets)
     # the plan replaces the memory estimate; a simulated run has no device to plan for (`harness plan` plans it)
-    simulate = bool(getattr(args, "simulate", False))
+    asked = as_asked(args, res)  # --simulate / --nnodes checked first
+    simulate = asked.simulation is not None
     planned = args.stage == "all" and res.hardware.device_type != "cpu" and not simulate
     preflight(res, skip=("memory-preflight",) if planned or simulate else ())  # the profile's own rules
     memory_plan = plan_before_run(res) if planned else None
-    res = as_asked(args, res)
+    res = asked
     if res.simulation is not None:
         runtime, image = simulated_runtime(args.runtime, res)
     elif args.stage == "train":

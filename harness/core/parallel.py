@@ -55,7 +55,15 @@ def init_distributed(device_type: str, backend: str | None = None) -> Dist:
         dist.all_gather_object(out, obj)
         return out
 
-    return Dist(rank=rank, world=world, all_reduce=all_reduce, all_gather_objects=all_gather_objects)
+    def barrier(timeout_s: float) -> None:
+        group = dist.new_group(backend="gloo", timeout=_dt.timedelta(seconds=timeout_s))  # a CPU group: any device
+        try:
+            dist.barrier(group=group)
+        finally:
+            dist.destroy_process_group(group)
+
+    return Dist(rank=rank, world=world, all_reduce=all_reduce, all_gather_objects=all_gather_objects,
+                barrier=barrier)
 
 
 def distributed(cfg: Recipe, backend: str | None = None) -> Dist:

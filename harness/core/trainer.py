@@ -65,6 +65,8 @@ class Dist:
     all_reduce: Callable[[torch.Tensor], torch.Tensor] = field(default=lambda t: t)
     all_gather_objects: Callable[[Any], list[Any]] = field(default=lambda o: [o])
     wrap: Callable[[BuiltModules], BuiltModules] | None = None  # e.g. FSDP2 sharding (harness.core.parallel)
+    # every rank waits here, for up to the given seconds (beyond the collectives' timeout: one rank's long work)
+    barrier: Callable[[float], None] = field(default=lambda timeout_s: None)
     grad_scale: float = 1.0  # world size when the wrapper averages gradients over ranks
 
 
@@ -193,6 +195,9 @@ def loss_config(cfg: Recipe) -> LossConfig:
         temperature=cfg.actor_rollout_ref.rollout.temperature, policy_loss=actor.policy_loss.loss_mode)
 
 
+WARM_START_WAIT_S = 3600.0  # how long the other ranks wait for rank 0's warm start (a dead rank 0 stops the job)
+
+
 class GRPOTrainer:
     """Builds everything from a resolved recipe (the typed :class:`~harness.core.typed_recipe.Recipe`), then runs steps."""
 
@@ -239,7 +244,7 @@ class GRPOTrainer:
         if self.dist.world == 1:
             return fn(self)
         info = fn(self) if self.dist.rank == 0 else {}
-        self.dist.all_gather_objects(None)
+        self.dist.barrier(WARM_START_WAIT_S)  # longer than a collective may wait: rank 0 may be training it
         return info if self.dist.rank == 0 else fn(self)
 
     def _prompts_on_device(self, batch: list[Any]) -> tuple[dict[str, torch.Tensor], list[Any], list[Any], list[Any]]:

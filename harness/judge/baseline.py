@@ -111,13 +111,14 @@ def default_path(recipe: str, profile: str, scale: str, base: Path | None = None
     return (base or BASELINES_DIR) / recipe / f"{profile}-{scale}.json"
 
 
-def reference_path(recipe: str, profile: str, scale: str, reference_profile: str | None) -> Path:
+def reference_path(recipe: str, profile: str, scale: str, reference_profile: str | None,
+                   base: Path | None = None) -> Path:
     """The baseline a run is judged against by default: its profile's own; where there is none, the baseline of
     the profile's ``reference_profile`` (a one-device reference the run replays, across world size and device)."""
-    own = default_path(recipe, profile, scale)
+    own = default_path(recipe, profile, scale, base)
     if own.is_file() or not reference_profile:
         return own
-    other = default_path(recipe, reference_profile, scale)
+    other = default_path(recipe, reference_profile, scale, base)
     return other if other.is_file() else own
 
 

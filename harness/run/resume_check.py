@@ -89,9 +89,12 @@ def ckpt_resume_check(res: Resolved, workdir: Path, steps: int, *, nproc: int = 
             print(f"notice: two checkpoints of ~{size / 1e9:.0f} GB would not fit in the {free / 1e9:.0f} GB free "
                   f"under {workdir}: the run keeps only the checkpoint SIGTERM writes (trainer.save_freq=-1)",
                   file=sys.stderr)
+    sim = res.simulation  # --simulate: the same layout on CPU ranks for all three runs
+    ranks = int(sim["world_size"]) if sim else nproc
     spec = RunSpec(str(Path(res.path).resolve()), res.profile_name, res.scale, steps=steps, overrides=sets,
-                   stage="train", quiet=True, runtime="torchrun" if nproc > 1 else "local",
-                   extra=("--nproc-per-node", str(nproc)) if nproc > 1 else ())
+                   stage="train", quiet=True, runtime="torchrun" if ranks > 1 else "local",
+                   extra=("--nproc-per-node", str(nproc)) if nproc > 1 and not sim else (),
+                   simulate=sim is not None, nnodes=int(sim["nnodes"]) if sim else None)
     saving = spec.with_(overrides=(*sets, f"trainer.save_freq={save_freq}"))
     straight, resumed = workdir / "straight", workdir / "resumed"
     straight_spec = spec.with_(overrides=(*sets, "trainer.save_freq=-1"), out=str(straight))
