@@ -67,6 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", type=Path, help="sign the certificate with this ed25519 private key (`harness keygen`); "
                    "without it the certificate is written UNSIGNED")
     p.add_argument("--quiet", action="store_true", help="no training progress output")
+    p.add_argument("--simulate", action="store_true", help="run the suite's smoke entries with the profile's layout "
+                   "as CPU processes on this machine (harness run --simulate): a certificate that says SIMULATED on "
+                   "every page, is never signed, and certifies no hardware; other scales are left out")
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,21 @@ class Plan:
     baseline: Path  # the reference baseline file
     world: int  # training processes
     runs: int  # 2 with a determinism repeat
+    replay: Path | None  # the tier is replay: the runs replay this baseline's recorded rollouts
 
 
-def _plan(entry: SuiteEntry, profile: Profile) -> Plan:
+SIMULATED_SCALE = "smoke"  # what CPU processes can run of a suite
+SIMULATED_STATEMENT = ("SIMULATED: CPU processes on one machine stood in for the profile's devices (gloo for its "
+                       "collective backend). It shows that the profile's layout executes and trains what the reference "
+                       "trains; it certifies nothing about the hardware, and is never signed.")
+
+
+def _plan(entry: SuiteEntry, profile: Profile, simulate: bool = False) -> Plan:
     """Resolve one entry and refuse (exit 2) what could not be certified, before anything runs."""
     from harness.config.recipe import resolve
     from harness.config.safety.check import preflight
     from harness.judge.baseline import load_baseline
+    from harness.judge.tiers import REPLAY
 
     res = resolve(entry.recipe, profile.name, entry.scale)
     ref = entry.numerics.reference_baseline
@@ -106,8 +117,18 @@ def _plan(entry: SuiteEntry, profile: Profile) -> Plan:
                            f"{profile.nodes}", key_path=f"entries/{entry.id}",
                            fix="certify it on a multi-node allocation or drop it from the suite")
     preflight(res)
+    if simulate:
+        from harness.run.simulate import simulated
+
+        res = simulated(res)
     steps = int(entry.steps or t.total_training_steps)
-    return Plan(entry, res, steps, path, t.nnodes * t.n_gpus_per_node, 2 if entry.determinism_repeat else 1)
+    if entry.numerics.tier == REPLAY.name:
+        if baseline.replay is None:
+            raise HarnessError(f"entry '{entry.id}' asks for the replay tier but its reference baseline has no "
+                               "recorded rollouts", file=ref, fix="name a baseline recorded with rollouts")
+        steps = min(steps, baseline.steps)
+    return Plan(entry, res, steps, path, t.nnodes * t.n_gpus_per_node, 2 if entry.determinism_repeat else 1,
+                path if entry.numerics.tier == REPLAY.name else None)
 
 
 def _runtime(image: str | None, plans: list[Plan]) -> tuple[str, str | None, str | None]:
@@ -128,9 +149,9 @@ def _train(plan: Plan, run_dir: Path, runtime: str, image: str | None, quiet: bo
     from harness.run.runtime.launch import choose_runtime, train_stage
 
     kind = runtime if runtime == "docker" or plan.world > 1 else "local"
-    kind, img = choose_runtime(kind, plan.res, image)
+    kind, img = choose_runtime(kind, plan.res, image) if plan.res.simulation is None else (kind, None)
     train_stage(RunPlan(recipe=plan.res.path, res=plan.res, run_dir=run_dir, runtime=kind, image=img,
-                        steps=plan.steps, quiet=quiet))
+                        steps=plan.steps, quiet=quiet, replay=plan.replay, simulated=plan.res.simulation is not None))
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -141,6 +162,8 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--out", str(args.out)]
     if args.key:
         parts += ["--key", Path(args.key).name]
+    if args.simulate:
+        parts.append("--simulate")
     return " ".join(parts)
 
 
@@ -151,17 +174,24 @@ def execute(args: argparse.Namespace) -> int:
     if os.environ.get("HARNESS_FAULT"):
         raise HarnessError("HARNESS_FAULT is set; a certificate must not be produced with a fault injected",
                            key_path="HARNESS_FAULT", fix="unset HARNESS_FAULT")
+    if args.simulate and (args.key or args.image):
+        raise HarnessError("a simulated certificate is never signed and runs no container", key_path="--key"
+                           if args.key else "--image", fix="drop --key / --image, or certify on the profile's hardware")
     signer = load_signer(args.key) if args.key else None
     profile_doc = load_profile(args.profile)  # checked by its schema
     profile = Profile.model_validate(profile_doc)
     suite_file, suite = load_suite(args.profile)
     machine = probe_machine()
-    bad = mismatches(profile_doc, machine)
+    bad = [] if args.simulate else mismatches(profile_doc, machine)
     if bad:
         raise HarnessError(f"this machine does not match profile '{args.profile}' ({len(bad)} mismatch"
                            f"{'es' if len(bad) > 1 else ''}): " + "; ".join(bad), key_path="PROFILE",
                            fix="certify on the profile's hardware and software (`harness probe` shows this machine)")
-    plans = [_plan(e, profile) for e in suite.entries]
+    left_out = [e.id for e in suite.entries if args.simulate and e.scale != SIMULATED_SCALE]
+    plans = [_plan(e, profile, args.simulate) for e in suite.entries if e.id not in left_out]
+    if not plans:
+        raise HarnessError(f"suite {suite_file} has no {SIMULATED_SCALE} entry to simulate", key_path="--simulate",
+                           fix="certify on the profile's hardware")
     runtime, image, _ = _runtime(args.image, plans)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out or Path("runs") / f"certify-{args.profile}-{stamp}")
@@ -211,12 +241,14 @@ def execute(args: argparse.Namespace) -> int:
         "inputs": input_digests(ROOT, suite_file, PROFILES_DIR / f"{profile.name}.json", recipes,
                                 sorted({p.baseline for p in plans}), system.runtime.image_id),
         "results": result_digests(out, entry_runs), "summary": dump(summary), "result": result,
+        **({"simulated": {"statement": SIMULATED_STATEMENT, "left_out": left_out}} if args.simulate else {}),
     }
     cert = parse(doc, Certificate, "certificate", str(out / CERT_FILE))  # its schema, then written through its model
     write_certificate(out, cert, signer)
     for c in checks:
         print(shown(f"  {c.outcome.upper():>4}  {c.entry}  {c.name}: {c.detail}"))
-    print(shown(f"{result.upper()} certification of {args.profile}: {summary.checks - summary.failed}/"
+    print(shown(f"{'SIMULATED ' if args.simulate else ''}{result.upper()} certification of {args.profile}: "
+                f"{summary.checks - summary.failed}/"
                 f"{summary.checks} checks passed ({summary.not_applicable} not applicable); "
                 f"certificate: {out / CERT_FILE}"))
     if signer:
@@ -224,6 +256,9 @@ def execute(args: argparse.Namespace) -> int:
         print(shown(f"signed with keyid {keyid} ({args.key}; its public half: {out / PUBLIC_KEY_FILE}); publish "
                     f"the keyid apart from the certificate (your site, a release): readers verify with "
                     f"`harness verify-certificate {out / CERT_FILE} --keyid {keyid}`"))
+    elif args.simulate:
+        print(f"notice: {SIMULATED_STATEMENT}" + (f" Left out: {', '.join(left_out)}." if left_out else ""),
+              file=sys.stderr)
     else:
         print("warning: the certificate is UNSIGNED: anyone can edit it and recompute its digests; sign it with "
               "--key (make a key with `harness keygen --out DIR`)", file=sys.stderr)

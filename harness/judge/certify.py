@@ -73,10 +73,11 @@ from harness.judge.baseline import (
     steady_speed,
 )
 from harness.judge.compare import refusal_reasons
+from harness.judge.system import derive_system, system_disagreements
 from harness.judge.tiers import BAND, EXACT, STATISTICAL, TIERS, Context, applied_with
 from harness.paths import ROOT, SUITES_DIR
 from harness.records.base import dump, parse, read
-from harness.records.certificate import CertCheck, Certificate, DigestInput, Suite, SuiteEntry, Summary, System
+from harness.records.certificate import CertCheck, Certificate, DigestInput, Suite, SuiteEntry, Summary
 from harness.records.run import Manifest
 from harness.records.verdict import Verdict
 from harness.schema import pointer, schema_errors
@@ -315,11 +316,24 @@ def determinism_check(entry: SuiteEntry, run_dirs: list[Path], runs: list[str]) 
                   f"equal{first}")
 
 
+def simulated_run(run_dir: Path) -> bool:
+    """The run's manifest says it ran on CPU ranks standing in for the devices (``--simulate``)."""
+    try:
+        return read(run_dir / "manifest.json", Manifest, "manifest").simulated is not None
+    except HarnessError:
+        return False
+
+
 def entry_checks(entry: SuiteEntry, profile: Profile, baseline_path: Path, run_dirs: list[Path], runs: list[str], *,
                  write: bool) -> list[CertCheck]:
     """Every check of one entry from its run directories (``runs``: the same, as certificate paths)."""
     out = [numerics_check(entry, run_dirs[0], runs[0], baseline_path, write=write)]
-    out += perf_checks(entry, profile, load_series(run_dirs[0]), runs[0])
+    if simulated_run(run_dirs[0]):
+        out += [_check(entry, name, runs[0], None, None, None, unit, "not applicable: a simulated run (CPU processes "
+                       f"stood in for the profile's devices); its {name} is the CPU's")
+                for name, unit in (("throughput", "tokens/s/device"), ("mfu", "fraction of peak"), ("memory", "GB"))]
+    else:
+        out += perf_checks(entry, profile, load_series(run_dirs[0]), runs[0])
     if entry.determinism_repeat:
         out.append(determinism_check(entry, run_dirs, runs))
     if write:
@@ -335,47 +349,6 @@ def summarize(checks: list[CertCheck]) -> tuple[Summary, str]:
     failed = sum(c.outcome == "fail" for c in checks)
     na = sum(c.outcome == "not-applicable" for c in checks)
     return Summary(checks=len(checks), failed=failed, not_applicable=na), ("fail" if failed else "pass")
-
-
-# ----------------------------------------------------------------------------- system under test
-def _kind(manifests: list[Manifest]) -> str:
-    if any(m.runtime.image_id for m in manifests):
-        return "docker"
-    return "torchrun" if any(m.runtime.kind == "torchrun" for m in manifests) else "local"
-
-
-def derive_system(profile: Profile, manifests: list[Manifest], image: str | None) -> System:
-    """The certificate's ``system`` block: the machine, software and runtime the runs' manifests recorded
-    (the first run's; :func:`system_disagreements` requires the others to agree), plus the profile's
-    vendor, peak, nodes, interconnect and backend. ``image`` is the ``--image`` reference as given."""
-    first = manifests[0]
-    acc, mach, rt = profile.accelerator, first.machine, first.runtime
-    software: dict[str, Any] = {**dump(first.software), "accelerator_driver": mach.driver,
-                                "accelerator_runtime": mach.runtime}
-    kind = _kind(manifests)
-    return System.model_validate({
-        "accelerator": {"vendor": acc.vendor, "model": mach.device_model, "count": mach.device_count,
-                        "memory_gb": mach.device_memory_gb, "peak_bf16_tflops": acc.peak_bf16_tflops},
-        "nodes": profile.nodes,
-        "host": {"cpu_cores": mach.cpu_cores, "memory_gb": mach.host_memory_gb, "hostname": mach.hostname},
-        "interconnect": profile.interconnect, "collective_backend": profile.collective_backend,
-        "software": {k: v for k, v in software.items() if v is None or isinstance(v, (str, int))},
-        "runtime": {"kind": kind, "image": image if kind == "docker" else None, "image_id": rt.image_id,
-                    "lock_sha256": rt.lock_sha256},
-    })
-
-
-def system_disagreements(manifests: list[tuple[str, Manifest]]) -> list[str]:
-    """Runs whose recorded machine, software or container differ from the first run's."""
-    def key(m: Manifest) -> tuple[Any, ...]:
-        return m.machine, m.software, m.runtime.image_id, m.runtime.lock_sha256
-
-    (first_name, first), out = manifests[0], []
-    for name, m in manifests[1:]:
-        for label, a, b in zip(("machine", "software", "image id", "lock"), key(first), key(m)):
-            if a != b:
-                out.append(f"{name} recorded another {label} than {first_name}")
-    return out
 
 
 def first_difference(recorded: Any, derived: Any, ptr: str = "") -> tuple[str, Any, Any] | None:
@@ -492,6 +465,9 @@ def verify(cert_path: Path, root: Path | None = None, pubkey: Path | None = None
         problems += [f"{name}::{pointer(e['loc'])}: certificate fails its model: {e['msg']}" for e in err.errors()]
         return result
     result.certificate = cert
+    if cert.simulated is not None and opened.signed:
+        problems.append(f"{name}::/simulated: a simulated certificate is signed; harness never signs one (it "
+                        "certifies no hardware): do not trust it as a certificate of the profile")
     problems += subject_problems(opened, cert, name)
     cert_dir = Path(cert_path).resolve().parent
     problems += input_problems(cert, root, cert_dir, name)
@@ -549,7 +525,12 @@ def _rederive(cert: Certificate, root: Path, cert_dir: Path, name: str) -> list[
     except HarnessError as err:
         return out + [f"{name}::/suite: cannot re-derive the checks: {err.one_line()}"]
     out += _system_problems(cert, profile, cert_dir, name)
-    by_id = {e.id: e for e in suite.entries}
+    sim = cert.simulated
+    by_id = {e.id: e for e in suite.entries if not (sim and e.id in sim.left_out)}
+    ran_simulated = any(simulated_run(cert_dir / r) for e in cert.entries for r in e.runs)
+    if ran_simulated != (sim is not None):
+        out.append(f"{name}::/simulated: the runs' manifests {'do' if ran_simulated else 'do not'} say simulated, "
+                   f"the certificate {'does not' if sim is None else 'does'}")
     if [e.id for e in cert.entries] != list(by_id):
         out.append(f"{name}::/entries: entries {[e.id for e in cert.entries]} differ from the suite's "
                    f"{list(by_id)} ({cert.suite.path})")

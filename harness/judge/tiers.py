@@ -121,8 +121,9 @@ def check_group_names() -> list[str]:
 
 
 def certifiable_tier_names() -> list[str]:
-    """Tiers a certification suite may ask for: a certificate judges free runs, never a replay."""
-    return [t.name for t in TIERS.values() if not t.needs_replay]
+    """Tiers a certification suite may ask for: the free runs' tiers, and replay (the entry's runs then replay the
+    reference baseline's recorded rollouts: a one-device reference judges a node of another world size)."""
+    return list(TIERS)
 
 
 def applied_with(t: Tier) -> list[str]:

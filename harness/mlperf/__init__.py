@@ -237,6 +237,7 @@ def system_description(cert: Certificate) -> dict[str, Any]:
         "framework": f"grpo-harness {cert.harness.version}, torch {sw.get('torch')}",
         "other_software_stack": stack,
         "operating_system": "Linux",
-        "sw_notes": (f"runtime {s.runtime.kind}, collective backend {s.collective_backend}; "
+        "sw_notes": ((f"{cert.simulated.statement} " if cert.simulated else "")
+                     + f"runtime {s.runtime.kind}, collective backend {s.collective_backend}; "
                      f"peak {acc.peak_bf16_tflops:g} bf16 TFLOP/s per device (profile)"),
     }

@@ -23,7 +23,7 @@ ENTRY_ID = r"^[a-z0-9][a-z0-9_.-]*$"
 # A path relative to the repository root (inputs) or the certificate's directory (results): no leading slash,
 # no '..' segment.
 REL_PATH = r"^(?!/)(?!.*(^|/)\.\.(/|$)).+$"
-Tier = Annotated[str, Registered("certifiable-tier")]  # tiers a certificate can ask for (not a replay)
+Tier = Annotated[str, Registered("certifiable-tier")]  # tiers a certificate can ask for
 
 
 class Doc(Record):
@@ -35,7 +35,9 @@ class Doc(Record):
 # ----------------------------------------------------------------------------- suite
 class NumericsCriterion(Doc):
     tier: Tier = field("Strictest compare tier to apply (looser ones run too). A reference from another profile "
-                       "(cross-vendor) allows band or statistical only.")
+                       "(cross-vendor) allows replay, band or statistical. replay: the entry's runs replay the "
+                       "reference's recorded rollouts (teacher-forced), so a one-device reference judges a node of "
+                       "any world size.")
     reference_baseline: str = field("Baseline file relative to the repository root "
                                     "(baselines/<recipe>/<profile>-<scale>.json); may be another profile's, e.g. an "
                                     "NPU suite names the GPU reference.", pattern=r"^baselines/.+\.json$")
@@ -175,6 +177,14 @@ class Summary(Doc):
     not_applicable: int = field("Checks not applicable.", ge=0)
 
 
+class SimulatedCert(Doc):
+    """Set when the suite ran with ``--simulate``: CPU processes stood in for the profile's devices."""
+
+    statement: str = field("What a simulated certificate shows and does not.", min_length=1)
+    left_out: list[Annotated[str, Field(pattern=ENTRY_ID)]] = field(
+        "Ids of the suite's entries not run: scales other than smoke need the profile's devices.")
+
+
 class Certificate(Doc):
     """A hardware certificate: a profile's suite run on a live machine, with digests of every input and result."""
 
@@ -195,3 +205,6 @@ class Certificate(Doc):
                                         "start has none).")
     summary: Summary = field("Counts.")
     result: Literal["pass", "fail"] = field("pass when no check failed; re-derived by verify-certificate.")
+    simulated: SimulatedCert | SkipJsonSchema[None] = optional(
+        "Present on a simulated certificate (harness certify --simulate): it certifies that the profile's layout "
+        "executes and trains what the reference trains, and nothing about the hardware. Never signed.")

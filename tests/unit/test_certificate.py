@@ -48,11 +48,12 @@ def test_every_profile_has_a_runnable_suite(profile: str) -> None:
         assert "estimate" in notes or "measured on" in notes
 
 
-def test_npu_suite_is_judged_against_the_gpu_reference() -> None:
-    _, suite = C.load_suite("npu-16x-ascend-a3")
+@pytest.mark.parametrize("profile", ["npu-16x-ascend-a3", "gpu-8x-h200-141g", "gpu-8x-h100-80g", "gpu-2x-h200"])
+def test_multi_device_suites_replay_the_one_gpu_reference(profile: str) -> None:
+    _, suite = C.load_suite(profile)
     for entry in suite.entries:
-        assert (C.baseline_profile(entry) or "").startswith("gpu-")
-        assert entry.numerics.tier == "band"
+        assert C.baseline_profile(entry) == "gpu-1x-h200"
+        assert entry.numerics.tier == "replay"
 
 
 def _suite(tmp_path: Path, **patch: object) -> Path:

@@ -27,6 +27,7 @@ from harness.errors import EXIT_FINDINGS, HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic, write_text_atomic
 from harness.paths import RECIPES_DIR
 from harness.run.checkpoint import interrupt_exit_code
+from harness.run.plan import RunPlan
 from harness.run.rundir import MARKER, utc_now
 from harness.run.runtime.run_args import RunSpec, set_args
 
@@ -70,7 +71,7 @@ def torchrun_command(res: Resolved, args: Any, run_dir: Path, layout: dict[str, 
                    resume=str(run_dir) if getattr(args, "resume", None) is not None else None,
                    simulate=res.simulation is not None,
                    nnodes=int(res.simulation["nnodes"]) if res.simulation else None)
-    replay = getattr(args, "replay", None)
+    replay = args.replay if isinstance(args, RunPlan) else None  # a plan may replay a baseline's rollouts
     return cmd + spec.rank_args(str(replay) if replay else None)  # --resume: continue the run in --out
 
 
