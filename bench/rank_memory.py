@@ -46,10 +46,15 @@ def _peak_in_step(prof: Any) -> int:
     return peak
 
 
-def _rank(rank: int, world: int, recipe: str, port: int, out: Any) -> None:
+def _join_as(rank: int, world: int, port: int) -> None:
+    """This spawned process is ``rank`` of ``world`` on localhost (env:// rendezvous), with one thread."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     torch.set_num_threads(1)
+
+
+def _rank(rank: int, world: int, recipe: str, port: int, out: Any) -> None:
+    _join_as(rank, world, port)
     from harness.core.parallel import distributed, shutdown
     from harness.core.trainer import Dist, GRPOTrainer
 
@@ -67,9 +72,7 @@ def _rank(rank: int, world: int, recipe: str, port: int, out: Any) -> None:
 
 def _rollout_rank(rank: int, world: int, recipe: str, port: int, out: Any) -> None:
     """One rank's first rollout: its prompt indices, tokens, log-probs, and the all-gathers it issued."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
+    _join_as(rank, world, port)
     import torch.distributed as dist
 
     from harness.core.gather import sharded_units

@@ -241,18 +241,16 @@ def simulated_runtime(requested: str, res: Resolved) -> tuple[str, None]:
     return ("torchrun" if res.simulation and res.simulation["world_size"] > 1 else "local", None)
 
 
-def plan_before_run(res: Resolved) -> dict[str, Any] | None:
+def plan_before_run(res: Resolved) -> dict[str, Any]:
     """On an accelerator profile, before any process or container starts: the machine must have the profile's
     device kind and count (a one-line refusal, exit 2, naming both), and the step traced by ``harness plan`` must
-    fit the device (else exit 1 with the largest consumer and a fix). Returns the plan (None on the cpu profile,
-    whose budget is the host's memory: ``harness plan`` plans it on request). On these profiles the plan replaces
-    the analytic ``memory-preflight`` rule, which estimates a verl deployment (its vLLM reservation) for
-    ``validate`` and ``lint-verl``."""
+    fit the device (else exit 1 with the largest consumer and a fix). Returns the plan. The caller plans no run on
+    the cpu profile (its budget is the host's memory: ``harness plan`` plans it on request). On accelerator
+    profiles the plan replaces the analytic ``memory-preflight`` rule, which estimates a verl deployment (its vLLM
+    reservation) for ``validate`` and ``lint-verl``."""
     from harness.config.profiles import probe_machine
 
     hw = res.hardware
-    if hw.device_type == "cpu":
-        return None
     machine = probe_machine()
     per_node = int(res.spec.trainer.n_gpus_per_node)
     if machine.device_type != hw.device_type or machine.device_count < per_node:

@@ -153,8 +153,7 @@ def _memory_traffic(trace: StepTrace, dtype_bytes: int) -> dict[str, float]:
     s, P, R = trace.sizes, trace.prompt_len, trace.response_len
     weights = trace.n_params * dtype_bytes
     kv_reads = sum(s.rows * (P + t) * trace.kv_bytes_per_token for t in range(1, R))
-    forwards = {"rollout": 1 + (R - 1), "logprob": (0 if s.on_policy else math.ceil(s.rows / s.old_micro))
-                + (math.ceil(s.rows / s.ref_micro) if trace.has_ref else 0),
+    forwards = {"rollout": 1 + (R - 1), "logprob": _logprob_forwards(trace),
                 "update": 2 * s.epochs * math.ceil(s.rows / s.micro), "optimizer": 0}
     out: dict[str, float] = {k: float(v * weights) for k, v in forwards.items()}
     out["rollout"] += kv_reads
@@ -171,7 +170,7 @@ def step_time(cfg: Recipe, profile: Profile, trace: StepTrace, colls: list[dict[
     shard = trace.shard_group
     link = r.intra if shard <= profile.accelerator.count_per_node else r.inter
     s = trace.sizes
-    host_moves = {"rollout": 1 if trace.gather_once else trace.response_len, "logprob": _memory_traffic_forwards(trace),
+    host_moves = {"rollout": 1 if trace.gather_once else trace.response_len, "logprob": _logprob_forwards(trace),
                   "update": 3 * s.epochs * math.ceil(s.rows / s.micro), "optimizer": 0}
     out: dict[str, dict[str, Any]] = {}
     for phase in PHASES:
@@ -188,7 +187,8 @@ def step_time(cfg: Recipe, profile: Profile, trace: StepTrace, colls: list[dict[
     return out
 
 
-def _memory_traffic_forwards(trace: StepTrace) -> int:
+def _logprob_forwards(trace: StepTrace) -> int:
+    """Forwards of the log-prob phase: the old log-probs' micro-batches (none on-policy) and the reference's."""
     s = trace.sizes
     return (0 if s.on_policy else math.ceil(s.rows / s.old_micro)) + \
         (math.ceil(s.rows / s.ref_micro) if trace.has_ref else 0)

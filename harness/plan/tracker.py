@@ -217,12 +217,9 @@ class Tracker(TorchDispatchMode):
     def in_phase(self, name: str) -> Iterator[PhasePeak]:
         """Measure the device's peak from here to the end of the block as phase ``name``."""
         before = self.phase
-        self.phase = name
-        p = self.phases.setdefault(name, PhasePeak())
+        p = self._enter(name)
         p.start_bytes = self.total
         p.peak_bytes = max(p.peak_bytes, self.total)
-        if not p.breakdown:
-            p.breakdown = {k: v for k, v in self.by_category.items() if v and self._device(k)}
         try:
             yield p
         finally:
@@ -230,13 +227,18 @@ class Tracker(TorchDispatchMode):
 
     def switch(self, name: str, *, context: str = "activations", offloaded: bool = False) -> None:
         """From here on, phase ``name`` (its peak starts at the bytes held now), allocations counted as ``context``."""
-        self.phase = name
+        self._enter(name)
         self.context = self.state_category(context, offloaded) if context != "activations" else context
+
+    def _enter(self, name: str) -> PhasePeak:
+        """Make ``name`` the current phase; one entered with no breakdown yet starts at the bytes held now."""
+        self.phase = name
         p = self.phases.setdefault(name, PhasePeak())
         if not p.breakdown:
             p.start_bytes = self.total
-            p.peak_bytes = self.total
+            p.peak_bytes = max(p.peak_bytes, self.total)
             p.breakdown = {k: v for k, v in self.by_category.items() if v and self._device(k)}
+        return p
 
     @contextmanager
     def counting_as(self, context: str) -> Iterator[None]:
