@@ -60,6 +60,10 @@ def execute(args: argparse.Namespace) -> int:
     holds = shown(f"profile {cert.profile.name}, result {cert.result.upper()} ({cert.summary.checks} "
                   f"checks and the system block re-derived, {len(cert.inputs)} inputs and {v.files} files match "
                   f"their digests, nothing else in the directory; inputs checked in {v.root})")
+    if cert.simulated is not None:
+        print(f"SIMULATED {name}: {cert.simulated.statement} Its contents are consistent ({holds}); it is not a "
+              "certificate of the profile's hardware.")
+        return EXIT_FINDINGS
     if not v.signed:
         print(f"UNSIGNED {name}: NOT verified. Its contents are consistent ({holds}), but no signature binds "
               "them to a certifier: anyone can edit a result and recompute every digest. Ask for a certificate "

@@ -79,3 +79,13 @@ def test_simulate_refusals_are_one_line(tmp_path: Path, args: list[str], key: st
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and key in lines[0], proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_simulated_certificate_is_never_signed(tmp_path: Path) -> None:
+    key = tmp_path / "signing-key.pem"
+    key.write_text("not read: refused before\n")
+    proc = _harness("certify", "gpu-8x-h200-141g", "--simulate", "--key", str(key), "--out", str(tmp_path / "c"),
+                    timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "never signed" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "c").exists()
