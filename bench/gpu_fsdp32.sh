@@ -6,16 +6,7 @@
 # Usage (device): DEST=$OUT bash bench/gpu_fsdp32.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-DEST=${DEST:-${OUT:-/tmp/fsdp32}}
-mkdir -p "$DEST"
-export PYTHONUNBUFFERED=1 GIT_CEILING_DIRECTORIES=$(dirname "$PWD")
-PY=${PY:-python3}
-if [ -d .whl ] && ! [ -e /tmp/site/.done ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && touch /tmp/site/.done || { echo "install of .whl failed"; exit 2; }
-fi
-export PYTHONPATH=/tmp/site:$PWD
-export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/harness-cache}
+source bench/gpu_env.sh
 RUNS=${RUNS:-/tmp/fsdp32-runs}
 PROFILE=${PROFILE:-gpu-1x-h200}  # PROFILE=cpu RECIPES=qwen3_1_7b: a dry run of this script on a CPU machine
 RECIPES=${RECIPES:-"qwen3_1_7b qwen3_vl_30b"}

@@ -71,9 +71,11 @@ def _rank(rank: int, world: int, recipe: str, port: int, out: Any) -> None:
 
 
 def _rollout_rank(rank: int, world: int, recipe: str, port: int, out: Any) -> None:
-    """One rank's first rollout: its prompt indices, tokens, log-probs, and the all-gathers it issued."""
+    """One rank's first rollout: its prompt indices, tokens, log-probs, the all-gathers it issued and the FSDP2
+    root pre-forwards that ran; then the same rollout through the static-cache engine (``static_tokens``)."""
     _join_as(rank, world, port)
     import torch.distributed as dist
+    from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
 
     from harness.core.gather import sharded_units
     from harness.core.parallel import distributed, shutdown
@@ -81,29 +83,39 @@ def _rollout_rank(rank: int, world: int, recipe: str, port: int, out: Any) -> No
 
     res = _resolved(recipe, world)
     tr = GRPOTrainer(res.spec, device=torch.device("cpu"), peak_tflops=1.0, dist=distributed(res.spec, "gloo"))
-    gathers = [0]
+    counts = {"gathers": 0, "pre_forwards": 0}
     names = [n for n in ("all_gather_single", "all_gather_into_tensor") if hasattr(dist, n)]  # FSDP2's, by version
     real = {n: getattr(dist, n) for n in names}
+    real_pre = FSDPState._root_pre_forward
 
-    def counting(fn: Any) -> Any:
+    def counting(fn: Any, key: str) -> Any:
         def counted(*a: Any, **k: Any) -> Any:
-            gathers[0] += 1
+            counts[key] += 1
             return fn(*a, **k)
         return counted
 
-    for n in names:
-        setattr(dist, n, counting(real[n]))
+    for name in names:
+        setattr(dist, name, counting(real[name], "gathers"))
+    FSDPState._root_pre_forward = counting(real_pre, "pre_forwards")  # type: ignore[method-assign]
     batch = tr.loader.next_batch()
     n = tr.rollout_cfg.n
     rows = tr.shard(len(batch))
     index = [r // n for r in rows[::n]]  # whole groups here (the mini-batch's prompts split over the ranks)
-    rb = tr.rollout([batch[i] for i in index], step=1, n=n, sampling=tr.rollout_cfg, rows=rows,
-                    global_rows=len(batch) * n)
-    for n in names:
-        setattr(dist, n, real[n])
+
+    def rollout() -> Any:
+        return tr.rollout([batch[i] for i in index], step=1, n=n, sampling=tr.rollout_cfg, rows=rows,
+                          global_rows=len(batch) * n)
+
+    rb = rollout()
+    for name in names:
+        setattr(dist, name, real[name])
+    FSDPState._root_pre_forward = real_pre  # type: ignore[method-assign]
+    tr.decode_engine = "static"  # the engine CUDA graphs capture, run eagerly
+    static = rollout()
     units = sharded_units(tr.models.actor)
     out[rank] = {"index": index, "tokens": rb.response_ids.tolist(), "logps": rb.rollout_logp.tolist(),
-                 "gathers": gathers[0], "units": len(units), "notes": list(tr.models.notes)}
+                 "static_tokens": static.response_ids.tolist(), "units": len(units), "notes": list(tr.models.notes),
+                 **counts}
     shutdown()
 
 

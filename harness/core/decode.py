@@ -32,8 +32,9 @@ Sampler = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]  # (logits (B, V), u
 def pick_engine(model: HFModel, device: torch.device, *, sharded: bool) -> tuple[str, str | None]:
     """(engine, why not ``graph``): ``graph`` on one CUDA device where every op of a step can be captured.
 
-    The CPU keeps the dynamic loop (its metrics are the committed baselines'). Sharded models keep it
-    too (their forwards all-gather parameters), as do the attention kernels that take no 4-D
+    The CPU keeps the dynamic loop (its metrics are the committed baselines'). ``sharded`` models (whose
+    forwards all-gather parameters layer by layer) keep it too; a sharded model gathered once for the whole
+    rollout is not ``sharded`` here (:func:`harness.core.gather.gathered`). So do the attention kernels that take no 4-D
     boolean mask and MoE experts other than ``grouped_mm`` (the eager experts read routing counts
     back to the host, which a graph cannot hold).
     """
@@ -42,7 +43,7 @@ def pick_engine(model: HFModel, device: torch.device, *, sharded: bool) -> tuple
     cfg = model.config
     text = getattr(cfg, "text_config", cfg)
     if sharded:
-        return "dynamic", "decode: dynamic KV cache (sharded model; CUDA graphs only on one device)"
+        return "dynamic", "decode: dynamic KV cache (units gathered layer by layer; graphs need the whole model)"
     if getattr(cfg, "_attn_implementation", None) != "sdpa":
         return "dynamic", f"decode: dynamic KV cache ({cfg._attn_implementation} attention; graphs need sdpa)"
     experts = {getattr(c, "_experts_implementation", None) for c in (cfg, text)}
@@ -113,6 +114,8 @@ class StaticDecoder:
             resp_mask=torch.zeros((B, R), dtype=torch.long, device=device),
             logps=torch.zeros((B, R), dtype=logits_dtype, device=device))
         self.graph: Any = None
+        self.weights: tuple[int, ...] = ()  # the parameters' addresses the graph was captured on
+        self.captures = 0
 
     def load(self, *, prompt_mask: Tensor, next_pos: Tensor, uniforms: Tensor, bias: Tensor, sampler: Sampler) -> None:
         """A new rollout's inputs into the fixed buffers (a captured graph reads them there)."""
@@ -169,9 +172,15 @@ class StaticDecoder:
         self._record(logits)
 
     def capture(self, warmup: int = 2) -> None:
-        """Capture one decode step as a CUDA graph (after :meth:`prefill`); warm-up runs leave no trace."""
-        if self.graph is not None:  # captured on an earlier rollout of the same shape: replayed on its buffers
+        """Capture one decode step as a CUDA graph (after :meth:`prefill`); warm-up runs leave no trace.
+
+        A graph captured on an earlier rollout of the same shape is replayed on its buffers while the model's
+        parameters stay where they were; a sharded model gathered anew for this rollout may hold them elsewhere,
+        and then the step is captured again."""
+        weights = _addresses(self.model)
+        if self.graph is not None and weights == self.weights:
             return
+        self.graph = None  # frees the old graph's memory before the new capture
         saved = [t.clone() for t in self.state.mutable()]
         lengths = [layer.cumulative_length.clone() for layer in self.cache.layers]
         side = torch.cuda.Stream()
@@ -185,7 +194,8 @@ class StaticDecoder:
         with torch.cuda.graph(graph):
             self._step()
         self._restore(saved, lengths)  # capture records without running; restore anyway, cheaply
-        self.graph = graph
+        self.graph, self.weights = graph, weights
+        self.captures += 1
 
     def _restore(self, saved: list[Tensor], lengths: list[Tensor]) -> None:
         for t, v in zip(self.state.mutable(), saved):
@@ -204,6 +214,10 @@ class StaticDecoder:
             else:
                 self._step()
         return s.responses.clone(), s.resp_mask.clone(), s.logps.clone()
+
+
+def _addresses(model: torch.nn.Module) -> tuple[int, ...]:
+    return tuple(p.data_ptr() for p in model.parameters())
 
 
 DECODERS_ATTR = "_harness_decoders"  # on the model: its decoders live and die with it

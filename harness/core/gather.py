@@ -41,7 +41,12 @@ def gather_once(model: torch.nn.Module, device_memory_bytes: float | None) -> tu
 @contextmanager
 def gathered(model: torch.nn.Module) -> Iterator[None]:
     """Every FSDP2 unit of ``model`` all-gathered once and kept whole until the block ends, then resharded: the
-    forwards inside gather nothing. Each unit's own reshard-after-forward setting is restored after."""
+    forwards inside gather nothing. Each unit's own reshard-after-forward setting is restored after.
+
+    Inside the block the units' forward hooks are detached (:func:`_hooks_detached`): the module is then a plain
+    module over whole parameters, so a decode step issues no collective and no stream synchronisation, and a
+    CUDA graph can capture it (FSDP2's root pre-forward makes its all-gather streams wait on the current one,
+    which a capture cannot hold). Only no-grad forwards belong inside (no backward hook is registered)."""
     units = _units(model)
     groups = [u._get_fsdp_state()._fsdp_param_group for u in units]  # noqa: SLF001 - FSDP2's per-unit state
     saved = [g.post_forward_mesh_info if g is not None else None for g in groups]
@@ -50,10 +55,32 @@ def gathered(model: torch.nn.Module) -> Iterator[None]:
     for u in units:
         u.unshard()
     try:
-        yield
+        with _hooks_detached(units):
+            yield
     finally:
         for u in units:
             u.reshard()
         for g, info in zip(groups, saved):
             if g is not None:
                 g.post_forward_mesh_info = info
+
+
+@contextmanager
+def _hooks_detached(units: list[Any]) -> Iterator[None]:
+    """FSDP2's forward pre- and post-hooks taken off every unit for the block, then put back in their order."""
+    saved: list[tuple[dict[int, Any], dict[int, Any]]] = []
+    for u in units:
+        state = u._get_fsdp_state()  # noqa: SLF001
+        for hooks in (u._forward_pre_hooks, u._forward_hooks):  # noqa: SLF001 - nn.Module's hook tables
+            ours = [k for k, h in hooks.items() if getattr(h, "__self__", None) is state]
+            if not ours:
+                raise RuntimeError(f"FSDP2 unit {type(u).__name__}: no forward hook of its state to detach")
+            saved.append((hooks, dict(hooks)))
+            for k in ours:
+                del hooks[k]
+    try:
+        yield
+    finally:
+        for hooks, before in saved:
+            hooks.clear()
+            hooks.update(before)

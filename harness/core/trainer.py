@@ -153,13 +153,14 @@ def ready_models(models: BuiltModules, cfg: Recipe, device: torch.device, dist: 
     if fast_kernels(device, cfg.deterministic):  # see harness.core.lean_norm
         lean = use_lean_norms(models.actor)
         models = replace(models, notes=(*models.notes, f"{lean} RMSNorms with the lean backward"))
-    engine, why = pick_engine(models.actor, device, sharded=dist.wrap is not None)
-    if why:
-        models = replace(models, notes=(*models.notes, why))
     if dist.wrap is not None:
         models = dist.wrap(models)
         once, note = gather_once(models.actor, device_memory_bytes)
         models = replace(models, gather_once=once, notes=(*models.notes, note))
+    # a sharded model gathered once decodes as a plain one (its hooks detached); gathered per layer, it cannot
+    engine, why = pick_engine(models.actor, device, sharded=dist.wrap is not None and not models.gather_once)
+    if why:
+        models = replace(models, notes=(*models.notes, why))
     return models, engine
 
 

@@ -18,6 +18,8 @@ def test_two_ranks_gather_each_unit_once_and_sample_what_one_model_samples() -> 
     refs = rank_memory.unsharded_rollouts("qwen3_1_7b", [r["index"] for r in ranks])
     for r, ref in zip(ranks, refs):
         assert r["gathers"] == r["units"] > 0, r["gathers"]  # one all-gather per unit for the whole rollout
+        assert r["pre_forwards"] == 0  # FSDP2's hooks detached: every decode forward is a plain module's
+        assert r["static_tokens"] == r["tokens"]  # the engine a CUDA graph captures decodes the gathered model
         assert any(n.startswith(f"rollout: every FSDP2 unit gathered once per rollout ({r['units']} all-gathers")
                    for n in r["notes"]), r["notes"]
         assert ref["tokens"] == r["tokens"]

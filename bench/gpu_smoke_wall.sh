@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Where the GPU smoke's wall time goes (issue: <= 30 s warm for qwen3_vl_30b's 40 steps on gpu-1x-h200).
+# One device call, ~4 min: the smoke run cold (warm start trained and cached) then warm, each timed; a third warm
+# run under cProfile ($DEST/smoke.prof, read with pstats); `harness --help` and `harness validate` timed, and
+# `-X importtime` of `--help` ($DEST/importtime.txt). $DEST/smoke_wall.json holds the figures.
+# Usage (device): DEST=$OUT bash bench/gpu_smoke_wall.sh      (CPU dry run: PROFILE=cpu RECIPE=qwen3_1_7b STEPS=2)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source bench/gpu_env.sh
+RUNS=${RUNS:-/tmp/smoke-wall-runs}
+PROFILE=${PROFILE:-gpu-1x-h200}
+RECIPE=${RECIPE:-qwen3_vl_30b}
+STEPS=${STEPS:+--steps $STEPS}
+rm -rf "$RUNS"; mkdir -p "$RUNS"
+walls=()
+for name in cold warm; do
+  t0=$(date +%s.%N)
+  timeout 400 "$PY" -m harness run "$RECIPE" --profile "$PROFILE" $STEPS --quiet --out "$RUNS/$name" \
+    >"$DEST/smoke-$name.log" 2>&1
+  rc=$?
+  w=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}')
+  echo "$name rc=$rc wall=${w}s"; walls+=("\"$name\": {\"rc\": $rc, \"wall_s\": $w}")
+done
+timeout 400 "$PY" -m cProfile -o "$DEST/smoke.prof" -m harness run "$RECIPE" --profile "$PROFILE" $STEPS --quiet \
+  --out "$RUNS/profiled" >"$DEST/smoke-profiled.log" 2>&1
+echo "profiled rc=$?"
+for cmd in "--help" "validate $RECIPE"; do
+  t0=$(date +%s.%N)
+  "$PY" -m harness $cmd >/dev/null 2>&1
+  w=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}')
+  echo "harness $cmd: ${w}s"; walls+=("\"harness $cmd\": {\"wall_s\": $w}")
+done
+"$PY" -X importtime -m harness --help 2>"$DEST/importtime.txt" >/dev/null
+( IFS=,; echo "{${walls[*]}, \"cpus\": $(nproc), \"device\": \"$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)\"}" ) \
+  >"$DEST/smoke_wall.json"
+cat "$DEST/smoke_wall.json"
