@@ -45,7 +45,34 @@ def test_every_profile_has_a_runnable_suite(profile: str) -> None:
             f"baselines/{entry.recipe}/{ref}-{entry.scale}.json"
     if prof["device_type"] != "cpu":  # accelerator floors say where they were measured, or that they are estimates
         notes = " ".join(suite.notes).lower()
-        assert "estimate" in notes or "measured on" in notes
+        assert "estimate" in notes or "measured on" in notes or "derived from" in notes
+
+
+FLOORS = Path(__file__).resolve().parents[2] / "bench" / "results" / "floors-2026-12-04.json"
+
+
+@pytest.mark.parametrize("profile", ["npu-16x-ascend-a3", "gpu-8x-h200-141g", "gpu-8x-h100-80g", "gpu-2x-h200"])
+def test_multi_device_floors_are_derived_from_the_measured_reference(profile: str) -> None:
+    """Each floor is bench/derive_floors.py's: SAFETY x D x F1 x T1 / (N x TN), F1 the reference's solo figure."""
+    import sys
+
+    sys.path.insert(0, str(FLOORS.parents[1]))
+    import derive_floors as D
+
+    from harness.judge.baseline import load_baseline
+
+    rows = {r["entry"]: r for r in json.loads(FLOORS.read_text()) if r["suite"] == f"{profile}.json"}
+    _, suite = C.load_suite(profile)
+    assert {e.id for e in suite.entries} == set(rows)
+    for entry in suite.entries:
+        row = rows[entry.id]
+        base = load_baseline(Path(__file__).resolve().parents[2] / entry.numerics.reference_baseline)
+        assert row["reference_tok_s"] == next(r.value for r in base.throughput.references if r.solo)
+        want = D.SAFETY * row["device_ratio"] * row["reference_tok_s"] * row["reference_step_s"] / (
+            row["world"] * row["predicted_step_s"])
+        assert row["predicted_step_s"] >= row["reference_step_s"] and 0 < row["device_ratio"] <= 1
+        assert entry.throughput_floor_tokens_per_s_per_device == row["floor"] == D._round_down(want)
+        assert entry.notes is not None and D.note(row) in entry.notes
 
 
 @pytest.mark.parametrize("profile", ["npu-16x-ascend-a3", "gpu-8x-h200-141g", "gpu-8x-h100-80g", "gpu-2x-h200"])
