@@ -186,7 +186,7 @@ class StaticDecoder:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(warmup):
+            for _ in range(warmup if not self.captures else 0):  # a recapture finds the libraries initialised
                 self._step()
                 self._restore(saved, lengths)
         torch.cuda.current_stream().wait_stream(side)
