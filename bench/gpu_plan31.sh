@@ -8,15 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DEST=${DEST:-${OUT:-/tmp/plan31}}
-mkdir -p "$DEST"
-export PYTHONUNBUFFERED=1 GIT_CEILING_DIRECTORIES=$(dirname "$PWD")
-PY=${PY:-python3}
-if [ -d .whl ] && ! [ -e /tmp/site/.done ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && touch /tmp/site/.done || { echo "install of .whl failed"; exit 2; }
-fi
-export PYTHONPATH=/tmp/site:$PWD
-export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/harness-cache}
+source bench/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv >"$DEST/probe.txt" 2>&1
 RUNS=${RUNS:-/tmp/plan31-runs}  # the runs' own files stay on the device; their plan.json comes back
 run() {  # NAME ACCOUNT_STEP, then the harness command line
