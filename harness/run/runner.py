@@ -49,8 +49,17 @@ from harness.run.rundir import RunRecord, git_revision, software_versions, utc_n
 
 
 def runtime_info(kind: str, world: int) -> dict[str, Any]:
-    return {"kind": kind, "world_size": world, "nnodes": int(os.environ.get("NNODES", "1") or 1),
+    return {"kind": kind, "world_size": world, "nnodes": launchers(world),
             "image_id": os.environ.get("HARNESS_IMAGE_ID"), "lock_sha256": os.environ.get("HARNESS_LOCK_SHA256")}
+
+
+def launchers(world: int) -> int:
+    """Nodes of the job: the world over torchrun's processes per launcher (``LOCAL_WORLD_SIZE``), so two simulated
+    nodes on one machine count as two; ``NNODES`` (or 1) outside torchrun."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
+    if local > 0 and world % local == 0:
+        return world // local
+    return int(os.environ.get("NNODES", "1") or 1)
 
 
 def base_manifest(res: Resolved, *, steps: int, runtime: str, world: int, fault: dict[str, Any]) -> dict[str, Any]:

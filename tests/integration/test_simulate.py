@@ -58,6 +58,7 @@ def test_two_simulated_nodes_are_two_launchers(tmp_path: Path) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete"
     assert (manifest["simulated"]["nnodes"], manifest["simulated"]["world_size"]) == (2, 16)
+    assert (manifest["runtime"]["nnodes"], manifest["runtime"]["world_size"]) == (2, 16)  # two launchers
     assert manifest["runtime"]["world_size"] == 16
     assert "trainer.nnodes=2" in manifest["simulated"]["substitutions"]
     assert (out / "node-1.log").is_file()
