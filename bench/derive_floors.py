@@ -106,10 +106,8 @@ def write(suite_path: Path, rows: list[dict[str, Any]]) -> None:
             continue
         entry["throughput_floor_tokens_per_s_per_device"] = row["floor"]
         kept = [s for s in entry["notes"].split(" | ") if not s.startswith(NOTE_TAG)]
-        entry["notes"] = " | ".join([s.replace("smoke throughput floors are documented estimates (a 2-layer model "
-                                               "is dominated by launch overhead) and ", "") for s in kept] + [note(row)])
-    doc["notes"] = [SUITE_NOTE if n.startswith(("Throughput and MFU floors", "Throughput floors")) else n
-                    for n in doc["notes"]]
+        entry["notes"] = " | ".join(kept + [note(row)])
+    doc["notes"] = [SUITE_NOTE if n.startswith("Throughput floors") else n for n in doc["notes"]]
     tmp = suite_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     tmp.replace(suite_path)

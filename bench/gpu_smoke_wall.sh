@@ -13,12 +13,13 @@ RECIPE=${RECIPE:-qwen3_vl_30b}
 STEPS=${STEPS:+--steps $STEPS}
 rm -rf "$RUNS"; mkdir -p "$RUNS"
 walls=()
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}'; }  # seconds since a `date +%s.%N`
 for name in cold warm; do
   t0=$(date +%s.%N)
   timeout 400 "$PY" -m harness run "$RECIPE" --profile "$PROFILE" $STEPS --quiet --out "$RUNS/$name" \
     >"$DEST/smoke-$name.log" 2>&1
   rc=$?
-  w=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}')
+  w=$(since "$t0")
   echo "$name rc=$rc wall=${w}s"; walls+=("\"$name\": {\"rc\": $rc, \"wall_s\": $w}")
 done
 timeout 400 "$PY" -m cProfile -o "$DEST/smoke.prof" -m harness run "$RECIPE" --profile "$PROFILE" $STEPS --quiet \
@@ -27,7 +28,7 @@ echo "profiled rc=$?"
 for cmd in "--help" "validate $RECIPE"; do
   t0=$(date +%s.%N)
   "$PY" -m harness $cmd >/dev/null 2>&1
-  w=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}')
+  w=$(since "$t0")
   echo "harness $cmd: ${w}s"; walls+=("\"harness $cmd\": {\"wall_s\": $w}")
 done
 "$PY" -X importtime -m harness --help 2>"$DEST/importtime.txt" >/dev/null

@@ -34,8 +34,8 @@ def pick_engine(model: HFModel, device: torch.device, *, sharded: bool) -> tuple
 
     The CPU keeps the dynamic loop (its metrics are the committed baselines'). ``sharded`` models (whose
     forwards all-gather parameters layer by layer) keep it too; a sharded model gathered once for the whole
-    rollout is not ``sharded`` here (:func:`harness.core.gather.gathered`). So do the attention kernels that take no 4-D
-    boolean mask and MoE experts other than ``grouped_mm`` (the eager experts read routing counts
+    rollout is not ``sharded`` here (:func:`harness.core.gather.gathered`). So do the attention kernels that
+    take no 4-D boolean mask and MoE experts other than ``grouped_mm`` (the eager experts read routing counts
     back to the host, which a graph cannot hold).
     """
     if device.type != "cuda":
@@ -114,8 +114,7 @@ class StaticDecoder:
             resp_mask=torch.zeros((B, R), dtype=torch.long, device=device),
             logps=torch.zeros((B, R), dtype=logits_dtype, device=device))
         self.graph: Any = None
-        self.weights: tuple[int, ...] = ()  # the parameters' addresses the graph was captured on
-        self.captures = 0
+        self.weights: tuple[int, ...] = ()  # the parameters' addresses the graph was captured on (none yet: empty)
 
     def load(self, *, prompt_mask: Tensor, next_pos: Tensor, uniforms: Tensor, bias: Tensor, sampler: Sampler) -> None:
         """A new rollout's inputs into the fixed buffers (a captured graph reads them there)."""
@@ -186,7 +185,7 @@ class StaticDecoder:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(warmup if not self.captures else 0):  # a recapture finds the libraries initialised
+            for _ in range(0 if self.weights else warmup):  # a recapture finds the libraries initialised
                 self._step()
                 self._restore(saved, lengths)
         torch.cuda.current_stream().wait_stream(side)
@@ -195,7 +194,6 @@ class StaticDecoder:
             self._step()
         self._restore(saved, lengths)  # capture records without running; restore anyway, cheaply
         self.graph, self.weights = graph, weights
-        self.captures += 1
 
     def _restore(self, saved: list[Tensor], lengths: list[Tensor]) -> None:
         for t, v in zip(self.state.mutable(), saved):

@@ -12,8 +12,8 @@
 - Rollouts are data-parallel by prompt: a rank holds whole groups, so advantages need no gather.
 - A rollout gathers once: every unit is all-gathered before the rollout and kept whole until it ends
   (:func:`harness.core.gather.gathered`, its forward hooks detached meanwhile), so its decode steps run
-  without collectives, at one device's speed, through the CUDA-graph engine on CUDA; when the whole model is over half the device's memory the units are gathered layer by layer for
-  every forward instead (:func:`harness.core.gather.gather_once`), with a notice in the manifest.
+  without collectives, at one device's speed, through the CUDA-graph engine on CUDA; when the whole model
+  is over half the device's memory the units are gathered layer by layer for every forward instead (:func:`harness.core.gather.gather_once`), with a notice in the manifest.
 """
 
 from __future__ import annotations
