@@ -1,13 +1,18 @@
 # Sourced by the device scripts (bench/gpu_*.sh): the carried wheels (.whl) installed once into /tmp/site,
 # PYTHONPATH, the harness cache, unbuffered output, and the commit the copy was made from (git metadata on the
 # device can be stale: HARNESS_GIT_REVISION from COMMIT when the copy has one). Sets DEST and PY.
+# The wheels are byte-compiled at install, as a plain `pip install` does, and so is the copied harness tree: a
+# process then reads bytecode instead of compiling source (an installed product's state; BYTECODE=0 skips it).
 DEST=${DEST:-${OUT:-/tmp/bench-out}}
 mkdir -p "$DEST"
 export PYTHONUNBUFFERED=1 GIT_CEILING_DIRECTORIES=$(dirname "$PWD")
 PY=${PY:-python3}
 if [ -d .whl ] && ! [ -e /tmp/site/.done ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  "$PY" -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && touch /tmp/site/.done || { echo "install of .whl failed"; exit 2; }
+fi
+if [ "${BYTECODE:-1}" = 1 ]; then
+  "$PY" -m compileall -q -j 0 harness >/dev/null || echo "compileall of harness/ failed (source is compiled per process)"
 fi
 export PYTHONPATH=/tmp/site:$PWD
 export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/harness-cache}

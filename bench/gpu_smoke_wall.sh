@@ -12,6 +12,9 @@ PROFILE=${PROFILE:-gpu-1x-h200}
 RECIPE=${RECIPE:-qwen3_vl_30b}
 STEPS=${STEPS:+--steps $STEPS}
 rm -rf "$RUNS"; mkdir -p "$RUNS"
+echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-} PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-}"
+"$PY" -c "import sys; print('dont_write_bytecode', sys.dont_write_bytecode)"
+"$PY" -c "import flash_attn; print('flash_attn', flash_attn.__version__)" 2>&1 | tail -1
 walls=()
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}'; }  # seconds since a `date +%s.%N`
 for name in cold warm; do

@@ -257,10 +257,55 @@ class _StrictParser:
             raise self.fail(pos, "expected ',' or ']'", path, "separate items with commas")
 
 
+class _NotStrict(Exception):
+    """The fast path met something the strict parser refuses: the strict parser runs and says what."""
+
+
+def _fast_loads(text: str, max_object_keys: int) -> Any:
+    """``json.loads`` (its C scanner) with the strict parser's refusals as hooks: a duplicate key, an object of
+    more than ``max_object_keys`` keys, NaN/Infinity and a number that overflows to infinity raise
+    :class:`_NotStrict`; so does anything ``json.loads`` refuses."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(items)
+        if len(out) != len(items) or len(out) > max_object_keys:
+            raise _NotStrict
+        return out
+
+    def number(literal: str) -> float:
+        value = float(literal)
+        if not math.isfinite(value):
+            raise _NotStrict
+        return value
+
+    def constant(name: str) -> Any:
+        raise _NotStrict
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs, parse_float=number, parse_constant=constant)
+    except (_NotStrict, ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        raise _NotStrict from None
+
+
 def loads_strict(text: str, file: str = "<string>", *, max_object_keys: int = MAX_OBJECT_KEYS,
                  max_values: int = MAX_VALUES) -> Any:
     """Parse JSON text strictly (see module docstring); at most ``max_object_keys`` keys in one object and
-    ``max_values`` keys and array items in all."""
+    ``max_values`` keys and array items in all.
+
+    A text shorter than ``2 * max_values`` characters cannot hold ``max_values`` values (each key or item takes
+    a character and a separator), so it is first parsed by :func:`_fast_loads`; whatever that refuses, and every
+    longer text, goes through the strict parser, which names the line and key path. Both give the same value
+    (``tests/unit/test_jsonio_fast.py`` checks it on generated and mutated documents).
+    """
+    if len(text) < 2 * max_values:
+        try:
+            return _fast_loads(text, max_object_keys)
+        except _NotStrict:
+            pass
+    return _strict_loads(text, file, max_object_keys, max_values)
+
+
+def _strict_loads(text: str, file: str, max_object_keys: int, max_values: int) -> Any:
+    """The recursive-descent parse (:class:`_StrictParser`): a one-line error with line and key path."""
     parser = _StrictParser(text, file, max_object_keys, max_values)
     try:
         value, pos = parser.value(0, "")

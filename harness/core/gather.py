@@ -6,6 +6,7 @@ without importing the distributed set-up.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -15,10 +16,16 @@ import torch
 GATHER_ONCE_FRACTION = 0.5  # the whole model may take at most this share of a device's memory during a rollout
 
 
-def _units(model: torch.nn.Module) -> list[Any]:
-    from torch.distributed.fsdp import FSDPModule
+def is_fsdp(module: torch.nn.Module) -> bool:
+    """``module`` is an FSDP2 unit. A module can only be one once ``torch.distributed.fsdp`` is imported (it does
+    the wrapping), so an unsharded run never imports it (with torch's compiler stack: about 1 s) to learn that no
+    module is one."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and isinstance(module, fsdp.FSDPModule)
 
-    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+def _units(model: torch.nn.Module) -> list[Any]:
+    return [m for m in model.modules() if is_fsdp(m)]
 
 
 def sharded_units(model: torch.nn.Module) -> list[Any]:

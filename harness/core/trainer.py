@@ -11,6 +11,7 @@ Departures from verl worth knowing (each deliberate):
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable
@@ -218,6 +219,7 @@ class GRPOTrainer:
         self.ids = special_token_ids(self.tok)
         self.image_processor, self.merge = image_processing(cfg)
         self.train_examples, self.val_examples = datasets(cfg)
+        self._val_loader: PromptLoader | None = None
         self.loader = prompt_loader(cfg, self.train_examples, self.tok)
         self.models = build_models(cfg, self.ids, device, self.seed, with_ref=bool(self.actor_cfg.use_kl_loss))
         vocab = cfg.model.architecture.text.vocab_size
@@ -472,12 +474,14 @@ class GRPOTrainer:
     def validate(self, step: int) -> dict[str, float]:
         """Reward on the held-out split with the recipe's validation sampling (greedy or seeded)."""
         vk = self.rollout_cfg.val_kwargs
-        loader = PromptLoader(self.val_examples, self.tok, self.image_processor, self.merge,
-                              batch_size=self.cfg.data.val_batch_size or len(self.val_examples),
-                              max_prompt_length=self.cfg.data.max_prompt_length,
-                              truncation=self.cfg.data.truncation,
-                              filter_overlong_prompts=self.cfg.data.filter_overlong_prompts, shuffle=False,
-                              seed=self.seed)
+        if self._val_loader is None:  # the held-out prompts are encoded (images processed) once per run
+            self._val_loader = PromptLoader(self.val_examples, self.tok, self.image_processor, self.merge,
+                                            batch_size=self.cfg.data.val_batch_size or len(self.val_examples),
+                                            max_prompt_length=self.cfg.data.max_prompt_length,
+                                            truncation=self.cfg.data.truncation,
+                                            filter_overlong_prompts=self.cfg.data.filter_overlong_prompts,
+                                            shuffle=False, seed=self.seed)
+        loader = copy.copy(self._val_loader)  # from its first batch every time (the copy's position moves)
         mine: list[tuple[int, int, str, float]] = []  # (batch, row, data source, score): this rank's prompts
         world, rank = self.dist.world, self.dist.rank
         for i in range(len(loader)):

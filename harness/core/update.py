@@ -22,6 +22,7 @@ from torch.utils.checkpoint import checkpoint
 
 from harness.core import algos
 from harness.core.device import fast_kernels
+from harness.core.gather import is_fsdp
 from harness.core.model_builder import (
     ModelInputs,
     forward_hidden,
@@ -126,13 +127,6 @@ def logprobs_from_hidden(hidden: Tensor, weight: Tensor, labels: Tensor, *, bias
     return logp, torch.cat([p[1] for p in parts]).reshape(B, R) if with_entropy else None
 
 
-def _is_sharded(model: torch.nn.Module) -> bool:
-    """FSDP2-wrapped: its root hooks must run, so the head cannot be applied on its own."""
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
-
-
 POSITIONS = "positions"  # batch.tensors key: the full sequences' positions, (B, L) or (B, 3, L)
 
 
@@ -178,7 +172,7 @@ def sequence_logprobs(model: torch.nn.Module, batch: RolloutBatch, *, bias: Tens
     pos = full_positions(model, batch, inputs)
     B, R = batch.response_ids.shape
     vocab = bias.shape[-1]
-    if B * R * vocab * 4 > LOGIT_CHUNK_BYTES and not _is_sharded(model):
+    if B * R * vocab * 4 > LOGIT_CHUNK_BYTES and not is_fsdp(model):  # FSDP2's root hooks must run: no head on its own
         hidden, weight = forward_hidden(model, input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
                                         pos=pos, pixel_values=inputs["pixel_values"],
                                         image_grid_thw=inputs["image_grid_thw"],

@@ -10,6 +10,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from harness.paths import ROOT
@@ -85,8 +86,13 @@ class Reference:
 @lru_cache(maxsize=None)
 def references() -> dict[str, Reference]:
     """benchmark -> its :class:`Reference`, for every reference baseline (read as its record)."""
+    return _references(sorted((ROOT / "baselines").glob("*/*.json"), key=lambda p: p.as_posix()))
+
+
+def _references(paths: list[Path]) -> dict[str, Reference]:
+    """benchmark -> its :class:`Reference` among ``paths`` (the first of them that names it)."""
     out: dict[str, Reference] = {}
-    for path in sorted((ROOT / "baselines").glob("*/*.json"), key=lambda p: p.as_posix()):
+    for path in paths:
         baseline = read(path, Baseline, "baseline")  # what harness.judge.baseline.load_baseline reads
         name = benchmark_name(baseline.recipe.name, baseline.scale)
         if name in out:
@@ -105,6 +111,10 @@ def references() -> dict[str, Reference]:
     return out
 
 
+@lru_cache(maxsize=None)
 def convergence_target(recipe: str, scale: str) -> float | None:
-    ref = references().get(benchmark_name(recipe, scale))
+    """The recipe's target at ``scale``, from its own baselines (``baselines/<recipe>/``, where a baseline of the
+    recipe is written): a run reads those, not every recipe's (``references`` holds the same targets)."""
+    own = sorted((ROOT / "baselines" / recipe).glob("*.json"), key=lambda p: p.as_posix())
+    ref = _references(own).get(benchmark_name(recipe, scale))
     return ref.target if ref else None

@@ -12,9 +12,11 @@ reads fields as attributes; the same models write the documents back (:func:`dum
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
@@ -91,11 +93,26 @@ def parse(doc: Any, model: type[R], schema: str, file: str) -> R:
     return model.model_validate(doc)
 
 
-def read(path: str | os.PathLike[str], model: type[R], schema: str) -> R:
-    """A record file: strictly parsed JSON, checked by its schema, read into ``model``."""
-    from harness.jsonio import load_json_strict
+_READ: OrderedDict[tuple[type[BaseModel], str, str], BaseModel] = OrderedDict()
+READ_MEMO = 16  # records kept per process: a run reads its baseline three times (plan, judge, report)
 
-    return parse(load_json_strict(path), model, schema, str(path))
+
+def read(path: str | os.PathLike[str], model: type[R], schema: str) -> R:
+    """A record file: strictly parsed JSON, checked by its schema, read into ``model``.
+
+    The last :data:`READ_MEMO` records read in this process are kept by the SHA-256 of their bytes: the same
+    bytes again give a deep copy of the record they gave (checked once), other bytes are read afresh."""
+    from harness.jsonio import JSON_LIMIT, loads_strict, read_text_limited
+
+    text = read_text_limited(path, JSON_LIMIT, what="JSON file")
+    key = (model, schema, hashlib.sha256(text.encode()).hexdigest())
+    if key in _READ:
+        _READ.move_to_end(key)
+    else:
+        _READ[key] = parse(loads_strict(text, str(path)), model, schema, str(path))
+        while len(_READ) > READ_MEMO:
+            _READ.popitem(last=False)
+    return cast(R, _READ[key].model_copy(deep=True))
 
 
 def dump(record: BaseModel) -> dict[str, Any]:

@@ -176,3 +176,5 @@ def test_every_benchmark_has_a_target(bench: str) -> None:
     ref = R.references()[bench]
     assert ref.target is not None and 0.0 < ref.target <= 1.0
     assert f"'target_accuracy': {ref.target!r}" in (R.RULES_DIR / f"closed_{bench}.yaml").read_text()
+    # a run reads only its own recipe's baselines for its target: the same one
+    assert R.convergence_target(ref.recipe, ref.scale) == ref.target

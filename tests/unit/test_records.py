@@ -141,3 +141,27 @@ def test_a_new_tier_appears_in_junit_and_markdown_without_touching_the_gate():
         assert "| sharper |" in markdown(_gate(v)) and "tier=sharper" in v.summary_line
     finally:
         del T.TIERS["sharper"], T.GROUPS["sharper"]
+
+
+def test_a_record_read_twice_is_checked_once_and_each_reader_gets_its_own_copy(tmp_path, monkeypatch):
+    from harness import schema
+    from harness.jsonio import load_json_strict, write_json_atomic
+    from harness.records import base
+    from harness.records.base import read
+    from harness.records.baseline import Baseline
+    from harness.schema import SchemaErrors
+
+    src = load_json_strict(Path(__file__).resolve().parents[2] / "baselines/qwen3_1_7b/cpu-smoke.json")
+    path = tmp_path / "b.json"
+    write_json_atomic(path, src)
+    monkeypatch.setattr(base, "_READ", collections.OrderedDict())  # what other tests read is not kept
+    checks = []
+    real = schema.check
+    monkeypatch.setattr(schema, "check", lambda *a: (checks.append(a[1]), real(*a))[1])
+    a, b = read(path, Baseline, "baseline"), read(path, Baseline, "baseline")
+    assert a == b and a is not b and a.metrics is not b.metrics and checks == ["baseline"]
+    # other bytes at the same path are read afresh: a document that now fails its schema is refused
+    write_json_atomic(path, {**src, "steps": -1})
+    with pytest.raises(SchemaErrors):
+        read(path, Baseline, "baseline")
+    assert checks == ["baseline", "baseline"]
