@@ -401,9 +401,9 @@ def throughput_reference(baseline: Baseline, run_env: Environment | None) -> tup
 
 
 # The model string does not pin a virtual machine's speed (baselines/README.md: "AMD EPYC" measured 9.8k and 7.4k
-# tok/s in two sessions), so every run times a small fixed workload (its calibration: the faster of the samples at
-# its start and end). A calibration slower than the reference's lowers the floor by that ratio: a fresh, slower
-# machine of the same model is not a regression. A faster one never raises it (the samples spread under a
+# tok/s in two sessions), so every run times a small fixed workload (its calibration: the median of the samples at
+# its start, every 10 steps and at its end). A calibration slower than the reference's lowers the floor by that
+# ratio: a fresh, slower machine of the same model is not a regression. A faster one never raises it (the samples spread under a
 # neighbour's load, and a raised floor made the main command false-FAIL in a container), and a code slowdown does
 # not touch the calibration, so it still fails. Below MIN_SPEED_SCALE the machine is not the same kind: a notice.
 MIN_SPEED_SCALE = 0.7

@@ -26,7 +26,15 @@ import torch
 from harness import __version__, numerics
 from harness.config.profiles import device_processes, probe_machine
 from harness.config.recipe import Resolved
-from harness.core.device import CALIBRATION_WORKLOAD, numerics_env, resolve_device, set_determinism, speed_index
+from harness.core.device import (
+    CALIBRATE_EVERY,
+    CALIBRATION_WORKLOAD,
+    calibrated_speed,
+    numerics_env,
+    resolve_device,
+    set_determinism,
+    speed_index,
+)
 from harness.core.replay import (
     ReplaySource,
     merge_ranks,
@@ -205,7 +213,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     numerics.activate()
     set_determinism(int(cfg.seed), bool(cfg.deterministic))
     device = resolve_device(cfg.trainer.device, local_rank)
-    speeds = [speed_index(device)] if dist.rank == 0 else []  # machine speed, at the start and the end
+    speeds = [speed_index(device)] if dist.rank == 0 else []  # machine speed: at the start, during, at the end
     record: RunRecord | None = None
     bar = _Progress(total, False)
     with _StopSignals() as stop:  # before the record is opened: a signal during set-up is one line, never a hang
@@ -271,6 +279,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                     if step == total or step % 5 == 0:
                         record.save()
                 bar.update(step, metrics)
+                if dist.rank == 0 and step % CALIBRATE_EVERY == 0 and step < total:
+                    speeds.append(speed_index(device))  # between steps: no step's timing includes it
                 for cb in callbacks:
                     cb.on_recorded(step)
                 signum = stop.agreed(dist) if step < total else 0
@@ -312,8 +322,8 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
     if record is None:
         return {}
     speeds.append(speed_index(device))
-    # the faster sample: a neighbour's burst during one sample must not lower the floor the run is held to
-    record.update(calibration={"speed_index": max(speeds), "samples": speeds, "workload": CALIBRATION_WORKLOAD,
+    record.update(calibration={"speed_index": calibrated_speed(speeds), "samples": speeds,
+                               "workload": CALIBRATION_WORKLOAD,
                                **({"device_processes": sharers} if sharers is not None else {})})
     record.finish("complete")
     return record.manifest

@@ -123,6 +123,10 @@ def test_recorded_baseline(work: Path, recorded: dict[str, Path]) -> None:
     assert series.seed_window_means is not None
     assert len(series.noise_values) == 2 and len(series.seed_window_means) == 3
     assert not any(k.startswith(NON_NUMERIC) for k in doc.metrics)
+    # the machine's speed: sampled at the start, every 10 steps and at the end, the median kept
+    calibration = load_json_strict(recorded["runs"] / "seed-42" / "manifest.json")["calibration"]
+    assert len(calibration["samples"]) == 2 + (STEPS - 1) // 10
+    assert calibration["speed_index"] == sorted(calibration["samples"])[len(calibration["samples"]) // 2]
     (tp,) = doc.throughput.references
     assert doc.environment is not None
     assert tp.value > 0 and doc.memory.value > 0 and tp.threads == doc.environment.software.threads

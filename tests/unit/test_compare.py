@@ -473,3 +473,17 @@ def test_a_busy_machine_gets_no_throughput_verdict_but_a_slow_idle_one_fails():
     few["perf/throughput"].update({7: 300.0, 8: 300.0})
     checks, notices = ev(few, base, [], STEPS)
     assert _by(checks, "throughput")[0].passed and any("2 of" in n and "uncontended" in n for n in notices)
+
+
+def test_a_run_is_calibrated_by_the_median_of_its_samples():
+    """An H200 host timed 1,669 at a run's start and ~1,100 for the rest of it, and the run made 0.72x the
+    reference's throughput: the faster sample (the old rule) read a 1.06x machine and failed it; the median reads
+    the machine it ran on. One burst during one sample does not move the median either way."""
+    from harness.core.device import calibrated_speed
+
+    reference = 1574.5
+    samples = [1668.7, 1102.0, 1095.4, 1110.8, 1081.6]  # start, steps 10/20/30, end
+    assert max(samples) / reference > 1.0 and calibrated_speed(samples) / reference < 0.72
+    steady = [1570.0, 1580.0, 700.0, 1575.0, 1590.0]  # a neighbour's burst during the third sample
+    assert calibrated_speed(steady) == 1575.0
+    assert calibrated_speed([1500.0]) == 1500.0
