@@ -28,6 +28,16 @@ done
 timeout 400 "$PY" -m cProfile -o "$DEST/smoke.prof" -m harness run "$RECIPE" --profile "$PROFILE" $STEPS --quiet \
   --out "$RUNS/profiled" >"$DEST/smoke-profiled.log" 2>&1
 echo "profiled rc=$?"
+for name in cold warm profiled; do  # each run's verdict, its throughput check and the machine's calibration
+  "$PY" - "$RUNS/$name" <<'PYEOF' 2>&1 | tee -a "$DEST/verdicts.txt"
+import json, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+v, m = json.loads((d / "verdict.json").read_text()), json.loads((d / "manifest.json").read_text())
+print(d.name, v["summary_line"][:100])
+print("  ", *[c["detail"] for c in v["checks"] if c["group"] == "throughput"], "| calibration:", m.get("calibration"))
+PYEOF
+done
 for cmd in "--help" "validate $RECIPE"; do
   t0=$(date +%s.%N)
   "$PY" -m harness $cmd >/dev/null 2>&1
