@@ -34,7 +34,7 @@ from harness.core.tasks import (
     task_names,
 )
 from harness.core.typed_recipe import MAX_EXAMPLES
-from harness.core.vision import image_token_count, process_images
+from harness.core.vision import image_grids, image_token_count, process_images
 from harness.errors import HarnessError
 from harness.jsonio import read_bytes_limited
 
@@ -270,8 +270,10 @@ class EncodedPrompt:
         return sum(1 for t in self.input_ids if t == tk.IMAGE_PAD_ID)
 
 
-def encode_example(example: Example, tokenizer: Any, image_processor: Any | None, merge_size: int) -> EncodedPrompt:
-    """Render the chat prompt (with one vision block per image) and tokenise it."""
+def encode_example(example: Example, tokenizer: Any, image_processor: Any | None, merge_size: int, *,
+                   pixels: bool = True) -> EncodedPrompt:
+    """Render the chat prompt (with one vision block per image) and tokenise it; ``pixels`` False: the same token
+    ids and grids without the pixel values (:func:`harness.core.vision.image_grids`)."""
     pixel_values = grid = None
     counts: list[int] = []
     if example.images:
@@ -281,7 +283,10 @@ def encode_example(example: Example, tokenizer: Any, image_processor: Any | None
                 key_path="data",
                 fix="use a text-only task (text_choice, add) or a vision-language model",
             )
-        pixel_values, grid = process_images(image_processor, list(example.images))
+        if pixels:
+            pixel_values, grid = process_images(image_processor, list(example.images))
+        else:
+            grid = image_grids(image_processor, list(example.images))
         counts = [image_token_count(row, merge_size) for row in grid.tolist()]
     text = tk.render_prompt(example.question, len(counts), counts)
     ids = tokenizer.encode(text, add_special_tokens=False)
@@ -289,7 +294,7 @@ def encode_example(example: Example, tokenizer: Any, image_processor: Any | None
 
 
 def _truncate(p: EncodedPrompt, limit: int, mode: str) -> EncodedPrompt:
-    if p.pixel_values is not None:
+    if p.image_grid_thw is not None:
         raise HarnessError(
             f"prompt {p.example.uid} has {len(p.input_ids)} tokens (limit {limit}) and contains image tokens, "
             f"which cannot be truncated",
@@ -321,6 +326,7 @@ class PromptLoader:
         filter_overlong_prompts: bool = False,
         shuffle: bool = True,
         seed: int = 0,
+        pixels: bool = True,
     ) -> None:
         if truncation not in TRUNCATIONS:
             raise HarnessError(
@@ -342,7 +348,7 @@ class PromptLoader:
         self.num_filtered = 0
         prompts: list[EncodedPrompt] = []
         for ex in examples:
-            p = encode_example(ex, tokenizer, image_processor, merge_size)
+            p = encode_example(ex, tokenizer, image_processor, merge_size, pixels=pixels)
             if len(p.input_ids) > max_prompt_length:
                 if filter_overlong_prompts:
                     self.num_filtered += 1

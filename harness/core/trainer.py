@@ -136,13 +136,15 @@ def datasets(cfg: Recipe) -> tuple[list[Any], list[Any]]:
     return train, val
 
 
-def prompt_loader(cfg: Recipe, examples: list[Any], tok: Any) -> PromptLoader:
-    """The training prompts, encoded (and checked against ``max_prompt_length``) as the run's loader holds them."""
+def prompt_loader(cfg: Recipe, examples: list[Any], tok: Any, *, pixels: bool = True) -> PromptLoader:
+    """The training prompts, encoded (and checked against ``max_prompt_length``) as the run's loader holds them
+    (``pixels`` False: their tokens without the images' pixel values, for counting)."""
     data = cfg.data
     processor, merge = image_processing(cfg)
     return PromptLoader(examples, tok, processor, merge, batch_size=data.train_batch_size,
                         max_prompt_length=data.max_prompt_length, truncation=data.truncation,
-                        filter_overlong_prompts=data.filter_overlong_prompts, shuffle=data.shuffle, seed=int(cfg.seed))
+                        filter_overlong_prompts=data.filter_overlong_prompts, shuffle=data.shuffle, seed=int(cfg.seed),
+                        pixels=pixels)
 
 
 def ready_models(models: BuiltModules, cfg: Recipe, device: torch.device, dist: Dist,

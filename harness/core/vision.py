@@ -169,6 +169,23 @@ def build_image_processor(
     return NumpyQwenImageProcessor(**kwargs)
 
 
+_GRIDS: dict[tuple[int, tuple[int, int], str], list[int]] = {}
+
+
+def image_grids(proc: Any, images: list[Image.Image]) -> torch.Tensor:
+    """``image_grid_thw`` [n_images, 3] as :func:`process_images` gives it, without the pixels: a Qwen-VL
+    processor's grid follows from an image's size alone (its resize to a multiple of the patch and merge sizes
+    within the pixel bounds), so each size and mode is processed once, as a blank image, per process. For
+    counting prompt tokens (``harness plan``): the unit tests check it against the real images' grids."""
+    rows = []
+    for im in images:
+        key = (id(proc), im.size, im.mode)
+        if key not in _GRIDS:
+            _GRIDS[key] = process_images(proc, [Image.new(im.mode, im.size)])[1][0].tolist()
+        rows.append(_GRIDS[key])
+    return torch.tensor(rows, dtype=torch.long)
+
+
 def process_images(proc: Any, images: list[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
     """``(pixel_values [N_patches, C*tp*p*p] float32, image_grid_thw [n_images, 3] int64)``."""
     if not images:

@@ -275,7 +275,7 @@ def longest_prompt(cfg: Recipe, tok: Any) -> int:
     """The longest training prompt, in tokens, as the run's loader encodes the recipe's data (each batch is
     padded to its own longest, so the step that draws it is the largest)."""
     train, _ = datasets(cfg)
-    return max(len(p.input_ids) for p in prompt_loader(cfg, train, tok).prompts)
+    return max(len(p.input_ids) for p in prompt_loader(cfg, train, tok, pixels=False).prompts)
 
 
 def decision_device(kind: str) -> torch.device:

@@ -138,6 +138,35 @@ def test_numpy_fallback_matches_transformers(proc):
     assert torch.equal(g_a, g_b) and torch.allclose(pv_a, pv_b, atol=1e-5)
 
 
+@pytest.mark.parametrize("transformers_class", [True, False])
+def test_grids_without_pixels_are_the_processed_images_grids(transformers_class):
+    """``harness plan`` counts prompt tokens from grids computed on blank images of each size: the same grids as
+    the real images give, for sizes inside, below and above the pixel bounds and not multiples of the patch."""
+    from harness.core.vision import image_grids
+
+    p = build_image_processor(8, 2, 2, 16 * 16, 64 * 64, prefer_transformers=transformers_class)
+    rng = np.random.default_rng(1)
+    sizes = [(32, 32), (40, 56), (8, 8), (200, 90), (33, 17), (64, 64)]
+    imgs = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in sizes]
+    imgs.append(Image.fromarray(rng.integers(0, 256, (24, 40), dtype=np.uint8)))  # a greyscale one
+    assert torch.equal(image_grids(p, imgs), process_images(p, imgs)[1])
+
+
+def test_a_prompt_encoded_without_pixels_has_the_same_tokens(tok, proc):
+    examples = dt.build_synthetic(["color", "count", "longer", "digit", "text_choice"], 10, 3, "train", 48)
+    for ex in examples:
+        full, counted = dt.encode_example(ex, tok, proc, 2), dt.encode_example(ex, tok, proc, 2, pixels=False)
+        assert counted.input_ids == full.input_ids and counted.pixel_values is None
+        assert (counted.image_grid_thw is None) == (full.image_grid_thw is None)
+        if full.image_grid_thw is not None:
+            assert torch.equal(counted.image_grid_thw, full.image_grid_thw)
+    # and an image prompt over the limit is refused alike (images cannot be truncated)
+    vis = examples[0]
+    for pixels in (True, False):
+        with pytest.raises(HarnessError, match="cannot be truncated"):
+            _loader([vis, vis], tok, proc, max_prompt_length=5, truncation="left", pixels=pixels)
+
+
 def test_bad_processor_settings():
     with pytest.raises(HarnessError, match="patch_size"):
         build_image_processor(0, 2, 2, 256, 4096)
