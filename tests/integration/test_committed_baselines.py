@@ -12,11 +12,9 @@ mutation test gates throughput against a run made under the same load.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,12 +30,8 @@ STEPS = {"qwen3_vl_30b": None, "qwen3_30b_a3b": 12, "qwen3_1_7b": 12}
 
 
 @pytest.mark.parametrize("recipe", list(STEPS))
-def test_smoke_run_passes_its_committed_baseline(recipe: str, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    steps = ["--steps", str(STEPS[recipe])] if STEPS[recipe] else []
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", recipe, "--profile", "cpu", "--runtime", "local",
-                           "--out", str(out), "--quiet", "--no-report", *steps], capture_output=True, text=True,
-                          timeout=1800, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path)
+def test_smoke_run_passes_its_committed_baseline(recipe: str, smoke_run: Any) -> None:
+    proc, out = smoke_run(recipe, STEPS[recipe])  # tests/integration/conftest.py: made once per session
     verdict = load_json_strict(out / "verdict.json")
     failed = {c["group"] for c in verdict["checks"] if not c["passed"]}
     summary = verdict["summary_line"]

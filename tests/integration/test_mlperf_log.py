@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,10 +21,8 @@ def harness(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           env=env, cwd=cwd)
 
 
-def test_smoke_run_log_is_compliant(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    proc = harness(tmp_path, "run", "qwen3_1_7b", "--profile", "cpu", "--runtime", "local", "--steps", "10",
-                   "--out", str(run), "--quiet")
+def test_smoke_run_log_is_compliant(tmp_path: Path, smoke_run: Any) -> None:
+    proc, run = smoke_run("qwen3_1_7b", 12)  # the committed-baseline test's run (tests/integration/conftest.py)
     assert (run / "mlperf.log").is_file(), proc.stdout[-2000:] + proc.stderr[-2000:]
     proc = harness(tmp_path, "mlperf-check", str(run))
     assert proc.returncode == 0, proc.stdout + proc.stderr
