@@ -127,11 +127,17 @@ def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = 
 def read_text_limited(path: str | os.PathLike[str], limit: int = JSON_LIMIT, *, what: str = "file",
                       follow_symlinks: bool = True) -> str:
     """:func:`read_bytes_limited` decoded as UTF-8 (a one-line error when it is not)."""
-    data = read_bytes_limited(path, limit, what=what, follow_symlinks=follow_symlinks)
+    return decode_utf8(read_bytes_limited(path, limit, what=what, follow_symlinks=follow_symlinks), str(path))
+
+
+def decode_utf8(data: bytes, file: str) -> str:
+    """``data`` as UTF-8 text, or a one-line :class:`HarnessError` naming ``file`` and the first bad byte."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise HarnessError(f"not UTF-8 text (byte {err.start})", file=str(path), fix="save the file as UTF-8") from None
+        raise HarnessError(f"not UTF-8 text (byte {err.start})", file=file, fix="save the file as UTF-8") from None
+
+
 _SCALAR = json.JSONDecoder(parse_constant=lambda name: _refuse_constant(name))
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from typing import Any
 
 import numpy as np
@@ -169,7 +170,8 @@ def build_image_processor(
     return NumpyQwenImageProcessor(**kwargs)
 
 
-_GRIDS: dict[tuple[int, tuple[int, int], str], list[int]] = {}
+# per processor (held weakly: a freed processor's grids go with it), per image size and mode
+_GRIDS: weakref.WeakKeyDictionary[Any, dict[tuple[tuple[int, int], str], list[int]]] = weakref.WeakKeyDictionary()
 
 
 def image_grids(proc: Any, images: list[Image.Image]) -> torch.Tensor:
@@ -177,12 +179,13 @@ def image_grids(proc: Any, images: list[Image.Image]) -> torch.Tensor:
     processor's grid follows from an image's size alone (its resize to a multiple of the patch and merge sizes
     within the pixel bounds), so each size and mode is processed once, as a blank image, per process. For
     counting prompt tokens (``harness plan``): the unit tests check it against the real images' grids."""
+    grids = _GRIDS.setdefault(proc, {})
     rows = []
     for im in images:
-        key = (id(proc), im.size, im.mode)
-        if key not in _GRIDS:
-            _GRIDS[key] = process_images(proc, [Image.new(im.mode, im.size)])[1][0].tolist()
-        rows.append(_GRIDS[key])
+        key = (im.size, im.mode)
+        if key not in grids:
+            grids[key] = process_images(proc, [Image.new(im.mode, im.size)])[1][0].tolist()
+        rows.append(grids[key])
     return torch.tensor(rows, dtype=torch.long)
 
 

@@ -102,14 +102,14 @@ def read(path: str | os.PathLike[str], model: type[R], schema: str) -> R:
 
     The last :data:`READ_MEMO` records read in this process are kept by the SHA-256 of their bytes: the same
     bytes again give a deep copy of the record they gave (checked once), other bytes are read afresh."""
-    from harness.jsonio import JSON_LIMIT, loads_strict, read_text_limited
+    from harness.jsonio import JSON_LIMIT, decode_utf8, loads_strict, read_bytes_limited
 
-    text = read_text_limited(path, JSON_LIMIT, what="JSON file")
-    key = (model, schema, hashlib.sha256(text.encode()).hexdigest())
+    data = read_bytes_limited(path, JSON_LIMIT, what="JSON file")
+    key = (model, schema, hashlib.sha256(data).hexdigest())
     if key in _READ:
         _READ.move_to_end(key)
     else:
-        _READ[key] = parse(loads_strict(text, str(path)), model, schema, str(path))
+        _READ[key] = parse(loads_strict(decode_utf8(data, str(path)), str(path)), model, schema, str(path))
         while len(_READ) > READ_MEMO:
             _READ.popitem(last=False)
     return cast(R, _READ[key].model_copy(deep=True))

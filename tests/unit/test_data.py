@@ -152,6 +152,22 @@ def test_grids_without_pixels_are_the_processed_images_grids(transformers_class)
     assert torch.equal(image_grids(p, imgs), process_images(p, imgs)[1])
 
 
+def test_grids_are_kept_per_processor_not_per_address():
+    """The grid memo belongs to its processor: processors made and freed one after the other (which can reuse
+    one address) each get their own settings' grids, and a freed processor leaves no entry behind."""
+    import gc
+
+    from harness.core import vision
+
+    img = [Image.new("RGB", (64, 64))]
+    for patch in (8, 16, 8, 16):
+        p = build_image_processor(patch, 2, 2, 16 * 16, 64 * 64, prefer_transformers=False)
+        assert torch.equal(vision.image_grids(p, img), process_images(p, img)[1])
+        del p
+        gc.collect()
+        assert len(vision._GRIDS) == 0
+
+
 def test_a_prompt_encoded_without_pixels_has_the_same_tokens(tok, proc):
     examples = dt.build_synthetic(["color", "count", "longer", "digit", "text_choice"], 10, 3, "train", 48)
     for ex in examples:
