@@ -88,6 +88,7 @@ def prompts(vocab: int, B: int, P: int, device: torch.device, vlm: bool):
 
 
 def sample(model, engine: str, inputs, pixels, grids, *, n: int, R: int, vocab: int, ignore_eos: bool):
+    """``engine``: one of :func:`generate`'s, or ``graph-fused`` (the graph engine with the fused sampler)."""
     B = inputs["input_ids"].shape[0] * n
     device = inputs["input_ids"].device
     u = draw_uniforms(torch.Generator().manual_seed(2), R, B, list(range(B)), device)
@@ -97,9 +98,50 @@ def sample(model, engine: str, inputs, pixels, grids, *, n: int, R: int, vocab: 
     with torch.no_grad():
         rb = generate(model, inputs, n=n, max_new_tokens=R, temperature=1.0, top_k=0, top_p=1.0, eos_id=1, pad_id=0,
                       image_pad_id=vocab - 4, bias=bias, uniforms=u, group_ids=list(range(len(pixels))),
-                      pixels=pixels, grids=grids, ignore_eos=ignore_eos, engine=engine)
+                      pixels=pixels, grids=grids, ignore_eos=ignore_eos, engine=engine.removesuffix("-fused"),
+                      fused_sampler=engine.endswith("-fused"))
     _sync(device)
     return rb, time.perf_counter() - t0
+
+
+def sampler_times(B: int, vocab: int, device: torch.device, reps: int = 200) -> dict:
+    """Device time of one sampler call on (B, vocab) bf16 logits, each captured in a CUDA graph and replayed
+    ``reps`` times: the reference (upcast, bias, inverse CDF over the whole vocabulary) and the fused kernels."""
+    from harness.core.fused_sampler import fused_sample
+    from harness.core.rollout import sample_from_logits
+
+    g = torch.Generator(device=device).manual_seed(3)
+    logits = (torch.randn(B, vocab, generator=g, device=device) * 3).to(torch.bfloat16)
+    bias = banned_bias(vocab, [vocab - 4, vocab - 3, vocab - 2, vocab - 1], device)
+    u = torch.rand(B, generator=g, device=device)
+    calls = {
+        "reference": lambda: sample_from_logits(logits.float() + bias, temperature=1.0, top_k=0, top_p=1.0,
+                                                uniforms=u),
+        "fused": lambda: fused_sample(logits, bias, u, 1.0),
+    }
+    times = {}
+    for name, fn in calls.items():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times[name] = round(start.elapsed_time(end) * 1000 / reps, 1)
+    ref_tok, _ = calls["reference"]()
+    fused_tok, _ = calls["fused"]()
+    times["tokens_equal"] = int((ref_tok == fused_tok).sum())
+    times["rows"] = B
+    return times
 
 
 def compare(ref, got) -> dict:
@@ -134,7 +176,7 @@ def main() -> int:
     if args.tiny:
         args.prompts, args.n, args.prompt_len, args.response_len, args.layers = 4, 2, 16, 16, 2
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    engines = ["dynamic", "static"] + (["graph"] if device.type == "cuda" else [])
+    engines = ["dynamic", "static"] + (["graph", "graph-fused"] if device.type == "cuda" else [])
     result: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu",
                     "torch": torch.__version__, "workload": {"layers": args.layers, "prompts": args.prompts,
                                                              "n": args.n, "prompt_len": args.prompt_len,
@@ -160,6 +202,8 @@ def main() -> int:
                                    "new_tokens": new}
             if engine != "dynamic":
                 result[key][engine]["vs_dynamic"] = compare(runs["dynamic"], rb)
+            if engine == "graph-fused":  # the same distribution, other bits: rows diverge at some token
+                result[key][engine]["vs_graph"] = compare(runs["graph"], rb)
             print(key, engine, json.dumps(result[key][engine]), flush=True)
         if "graph" in runs:
             g, s = runs["graph"], runs["static"]
@@ -167,6 +211,9 @@ def main() -> int:
                                                               and torch.equal(g.rollout_logp, s.rollout_logp)
                                                               and torch.equal(g.response_mask, s.response_mask))
             print(key, "graph == static bitwise:", result[key]["graph_equals_static_bitwise"], flush=True)
+        if device.type == "cuda" and not vlm:
+            result[key]["sampler_us"] = sampler_times(args.prompts * args.n, vocab, device)
+            print(key, "sampler µs per call:", json.dumps(result[key]["sampler_us"]), flush=True)
         if device.type == "cuda":
             result[key]["peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
         del model

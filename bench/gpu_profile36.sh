@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Issue 36 on one H200, one device call per phase (each well under 10 minutes):
+#   decode   bench/decode_check.py on W: the engines' agreement and speed, the fused sampler against the graph
+#            engine's reference sampler, and both samplers' device time per call
+#   w        bench/grpo_step.py's defaults (W), both sides in one run: the acceptance figures
 #   wlong    bench/grpo_step.py --preset w-long, both sides in one run (ours on the project's transformers 5.24,
 #            TRL on the image's 5.17, as in bench/README.md "Run it")
 #   profile  bench/w_profile.py on W (grpo_step.py's defaults): decode and update, where the time goes
@@ -34,6 +37,16 @@ TRL_PATH=${TRL_PATH:-/tmp/trl:$PWD}
 for phase in "$@"; do
   t0=$SECONDS
   case $phase in
+    decode)
+      PYTHONPATH=$OURS_PATH timeout "${DECODE_TIMEOUT:-300}" "$PY" bench/decode_check.py --out "$DEST" \
+        >"$DEST/decode.log" 2>&1
+      rc=$?
+      tail -12 "$DEST/decode.log" ;;
+    w)
+      BENCH_PYTHONPATH_OURS=$OURS_PATH BENCH_PYTHONPATH_TRL=$TRL_PATH timeout "${W_TIMEOUT:-420}" "$PY" \
+        bench/grpo_step.py --out "$DEST" ${W_ARGS:-} >"$DEST/w.log" 2>&1
+      rc=$?
+      grep -v "Loading weights\|Writing model\|^{'loss'\|warnings.warn\|FutureWarning" "$DEST/w.log" | tail -25 ;;
     wlong)
       BENCH_PYTHONPATH_OURS=$OURS_PATH BENCH_PYTHONPATH_TRL=$TRL_PATH timeout "${WLONG_TIMEOUT:-570}" "$PY" \
         bench/grpo_step.py --preset w-long --out "$DEST" ${WLONG_ARGS:-} >"$DEST/wlong.log" 2>&1

@@ -24,9 +24,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from harness.core.model_builder import HFModel, ModelInputs, forward_logits, upcast
+from harness.core.model_builder import HFModel, ModelInputs, forward_logits
 
-Sampler = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]  # (logits (B, V), uniforms (B,)) -> (tokens, log-probs)
+# (raw logits (B, V), banned-token bias (V,), uniforms (B,)) -> (tokens, log-probs)
+Sampler = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
 def pick_engine(model: HFModel, device: torch.device, *, sharded: bool) -> tuple[str, str | None]:
@@ -138,11 +139,9 @@ class StaticDecoder:
     def _record(self, logits: Tensor) -> None:
         """Sample response token ``step`` from ``logits`` (B, 1, V) and prepare the next forward's inputs."""
         s = self.state
-        step_logits = upcast(logits[:, -1, :])
-        step_logits = step_logits + self.bias  # (the bias is in the upcast logits' dtype)
         u = self.uniforms.index_select(0, s.step).squeeze(0)  # (B,)
         assert self.sampler is not None, "load() before stepping"
-        tok, lp = self.sampler(step_logits, u)
+        tok, lp = self.sampler(logits[:, -1, :], self.bias, u)  # the bias is in the upcast logits' dtype
         tok = torch.where(s.alive, tok, torch.full_like(tok, self.pad_id))
         s.responses.index_copy_(1, s.step, tok[:, None])
         s.resp_mask.index_copy_(1, s.step, s.alive.long()[:, None])

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from harness.core.decode import decoder_for
+from harness.core.fused_sampler import fused_sample
 from harness.core.model_builder import HFModel, ModelInputs, forward_logits, next_positions, position_ids, upcast
 
 PROMPT_POSITIONS = "prompt_positions"  # tensors key: the prompts' positions (B, P) or (B, 3, P), rows first
@@ -121,7 +122,8 @@ def generate(model: HFModel, prompts: dict[str, Tensor], *, n: int, max_new_toke
              top_k: int, top_p: float, eos_id: int, pad_id: int, image_pad_id: int, bias: Tensor,
              uniforms: Tensor, group_ids: list[Any], pixels: list[Tensor | None],
              grids: list[Tensor | None], greedy: bool = False, ignore_eos: bool = False,
-             run_to_length: bool = False, engine: str = "dynamic", check_every: int = 8) -> RolloutBatch:
+             run_to_length: bool = False, engine: str = "dynamic", check_every: int = 8,
+             fused_sampler: bool = False) -> RolloutBatch:
     """Sample ``n`` responses for each prompt of ``prompts`` (collated, left-padded, on device).
 
     ``pixels``/``grids`` are per prompt; ``bias`` (V,) bans tokens; ``uniforms`` (R, B) drive the
@@ -130,7 +132,8 @@ def generate(model: HFModel, prompts: dict[str, Tensor], *, n: int, max_new_toke
     every rank to run the same number of forwards). ``engine``: ``dynamic`` (the loop below, the
     CPU path), ``static`` (a static KV cache, eager) or ``graph`` (static, each decode step one CUDA
     graph; see :mod:`harness.core.decode`); ``check_every`` is how often the static engines read
-    back whether every row has stopped.
+    back whether every row has stopped; ``fused_sampler`` draws with :mod:`harness.core.fused_sampler`
+    (the same distribution, other bits: only where :func:`harness.core.fused_sampler.usable`).
     """
     from transformers import DynamicCache
 
@@ -147,7 +150,12 @@ def generate(model: HFModel, prompts: dict[str, Tensor], *, n: int, max_new_toke
                        once["image_grid_thw"]).repeat_interleave(n, dim=-2)  # (B, P) or (3, B, P)
     next_pos = next_positions(pos, prompt_mask)  # (B,)
 
-    def sampler(step_logits: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+    def sampler(raw: Tensor, bias: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
+        """Tokens and log-probs from one step's raw logits (B, V) and the banned-token bias (V,)."""
+        if fused_sampler:
+            return fused_sample(raw, bias, u, temperature)
+        step_logits = upcast(raw)
+        step_logits = step_logits + bias.to(step_logits.dtype)  # (B, V)
         if greedy:
             tok = step_logits.argmax(-1)
             return tok, torch.log_softmax(step_logits, -1).gather(-1, tok[:, None]).squeeze(-1)
@@ -157,7 +165,7 @@ def generate(model: HFModel, prompts: dict[str, Tensor], *, n: int, max_new_toke
         B, P = prompt_ids.shape
         logits_dtype = upcast(torch.zeros((), dtype=model.dtype)).dtype
         key = (engine, B, P, max_new_tokens, pos.dim() == 3, bias.shape[-1], str(device), logits_dtype, eos_id,
-               pad_id, ignore_eos, greedy, temperature, top_k, top_p)  # what a captured graph bakes in
+               pad_id, ignore_eos, greedy, temperature, top_k, top_p, fused_sampler)  # what a graph bakes in
         dec = decoder_for(model, key, batch=B, prompt_len=P, max_new_tokens=max_new_tokens, pos_3d=pos.dim() == 3,
                           vocab=bias.shape[-1], device=device, eos_id=eos_id, pad_id=pad_id, ignore_eos=ignore_eos,
                           logits_dtype=logits_dtype)
@@ -181,9 +189,7 @@ def generate(model: HFModel, prompts: dict[str, Tensor], *, n: int, max_new_toke
     alive = torch.ones(B, dtype=torch.bool, device=device)
     attn = prompt_mask
     for t in range(max_new_tokens):
-        step_logits = upcast(logits[:, -1, :])
-        step_logits = step_logits + bias.to(step_logits.dtype)  # (B, V)
-        tok, lp = sampler(step_logits, uniforms[t])
+        tok, lp = sampler(logits[:, -1, :], bias, uniforms[t])
         tok = torch.where(alive, tok, torch.full_like(tok, pad_id))
         responses[:, t] = tok
         resp_mask[:, t] = alive.long()

@@ -34,6 +34,7 @@ from harness.core.device import (
     reset_peak_memory,
     synchronize,
 )
+from harness.core.fused_sampler import usable as fused_sampler_usable
 from harness.core.gather import gather_once, gathered
 from harness.core.lean_norm import use_lean_norms
 from harness.core.model_builder import BuiltModules, banned_bias, build_models, check_model_dir
@@ -316,7 +317,10 @@ class GRPOTrainer:
                                 eos_id=self.ids["eos"], pad_id=self.ids["pad"], image_pad_id=self.ids["image_pad"],
                                 bias=self.bias, uniforms=uniforms, group_ids=uids, pixels=pixels, grids=grids,
                                 greedy=greedy, ignore_eos=ignore_eos, run_to_length=self.dist.world > 1,
-                                engine=self.decode_engine)
+                                engine=self.decode_engine, fused_sampler=fused_sampler_usable(
+                                    self.device, fast=fast_kernels(self.device, self.cfg.deterministic),
+                                    dtype=next(model.parameters()).dtype, greedy=greedy, top_k=sampling.top_k,
+                                    top_p=sampling.top_p))
         finally:
             model.train(was_training)
 
