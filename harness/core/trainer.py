@@ -156,7 +156,9 @@ def ready_models(models: BuiltModules, cfg: Recipe, device: torch.device, dist: 
     host). Returns the models and the decode engine. The run and ``harness plan`` both go through here."""
     if fast_kernels(device, cfg.deterministic):  # see harness.core.lean_norm
         lean = use_lean_norms(models.actor)
-        models = replace(models, notes=(*models.notes, f"{lean} RMSNorms with the lean backward"))
+        ref = use_lean_norms(models.ref) if models.ref is not None else 0  # never trained: its forwards fused
+        models = replace(models, notes=(*models.notes, f"{lean} RMSNorms with the lean backward"
+                                        + (f", {ref} of the reference's" if ref else "")))
     if dist.wrap is not None:
         models = dist.wrap(models)
         once, note = gather_once(models.actor, device_memory_bytes)
