@@ -9,11 +9,13 @@ Here the same draw (the same distribution, the same uniforms, the same unfiltere
 made in two levels:
 
 1. ``_chunk_stats``, one program per (row, chunk of ``BLOCK`` tokens): the chunk's max ``m`` and
-   ``s = Σ exp(x - m)`` of ``x = (logit + bias) / T``.
+   ``s = Σ exp(x - m)`` of ``x = (logit + bias) / T`` (the exponentials in float32, their sum in float64).
 2. ``_draw``, one program per row: ``M = max m``, the chunk weights ``w = s · exp(m - M)``, their
    cumulative sum, the chunk that holds ``u · Σw``; then that chunk's tokens (read again: ``BLOCK``
    entries), their cumulative sum from where the chunk starts, and the token that crosses it. The
-   log-prob is ``x[token] - (M + log Σw)``.
+   log-prob is ``x[token] - (M + log Σw)``. The running sums are float64: over W's 151,936 near-uniform
+   probabilities (~7e-6 each) a float32 running sum's rounding (as CUDA's ``cumsum`` of float32 has) moves
+   boundaries by a few percent of a token's width; the CPU's ``cumsum`` accumulates in double.
 
 The sums run in another order than a full-vocabulary ``cumsum``, so a ``u`` within rounding of a boundary
 between two tokens can pick the neighbour: the same distribution, other bits. That is why it is used only
@@ -56,7 +58,7 @@ def fused_sample(logits: Tensor, bias: Tensor, uniforms: Tensor, temperature: fl
     u = uniforms.to(torch.float32).contiguous()
     n_chunks = -(-V // BLOCK)
     m = torch.empty((B, n_chunks), dtype=torch.float32, device=logits.device)
-    s = torch.empty_like(m)
+    s = torch.empty((B, n_chunks), dtype=torch.float64, device=logits.device)
     tokens = torch.empty(B, dtype=torch.int64, device=logits.device)
     logp = torch.empty(B, dtype=torch.float32, device=logits.device)
     chunk_stats[(B, n_chunks)](logits, logits.stride(0), bias, float(temperature), m, s, V, n_chunks, BLOCK=BLOCK)
@@ -82,7 +84,7 @@ def _kernels() -> tuple[Any, Any]:
         x = tl.where(valid, x, float("-inf"))
         mx = tl.max(x, 0)
         tl.store(m_ptr + row * n_chunks + c, mx)
-        tl.store(s_ptr + row * n_chunks + c, tl.sum(tl.exp(x - mx), 0))
+        tl.store(s_ptr + row * n_chunks + c, tl.sum(tl.exp(x - mx).to(tl.float64), 0))
 
     @triton.jit
     def draw(x_ptr, row_stride, bias_ptr, temperature, m_ptr, s_ptr, u_ptr, tok_ptr, logp_ptr, V, n_chunks,
@@ -93,10 +95,10 @@ def _kernels() -> tuple[Any, Any]:
         m = tl.load(m_ptr + row * n_chunks + ci, mask=cv, other=float("-inf"))
         s = tl.load(s_ptr + row * n_chunks + ci, mask=cv, other=0.0)
         big = tl.max(m, 0)
-        w = tl.where(cv, s * tl.exp(m - big), 0.0)
+        w = tl.where(cv, s * tl.exp(m - big).to(tl.float64), 0.0)
         cw = tl.cumsum(w, 0)
         total = tl.max(cw, 0)  # w >= 0: the running sum's last value
-        target = tl.load(u_ptr + row) * total
+        target = tl.load(u_ptr + row).to(tl.float64) * total
         k = tl.sum((cw <= target).to(tl.int32), 0)  # the first chunk whose running sum passes the target
         k = tl.minimum(k, tl.max(tl.where(w > 0, ci, 0), 0))  # never past the last chunk of positive weight
         before = tl.sum(tl.where(ci == k, cw - w, 0.0), 0)
@@ -106,12 +108,12 @@ def _kernels() -> tuple[Any, Any]:
         x = tl.load(x_ptr + row.to(tl.int64) * row_stride + offs, mask=valid, other=0.0).to(tl.float32)
         x = (x + tl.load(bias_ptr + offs, mask=valid, other=0.0)) / temperature
         x = tl.where(valid, x, float("-inf"))
-        p = tl.exp(x - big)
+        p = tl.exp(x - big).to(tl.float64)
         run = tl.cumsum(p, 0) + before
         j = tl.sum((run <= target).to(tl.int32), 0)
         j = tl.minimum(j, tl.max(tl.where(p > 0, ti, 0), 0))  # never past the chunk's last token of positive weight
         xj = tl.sum(tl.where(ti == j, x, 0.0), 0)
         tl.store(tok_ptr + row, (k * BLOCK + j).to(tl.int64))
-        tl.store(logp_ptr + row, xj - (big + tl.log(total)))
+        tl.store(logp_ptr + row, xj - (big + tl.log(total).to(tl.float32)))
 
     return chunk_stats, draw

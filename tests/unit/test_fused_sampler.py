@@ -53,6 +53,19 @@ def test_the_same_draws_as_the_reference(vocab, dtype, temperature):
     _check(logits, bias, torch.rand(rows, generator=g), temperature)
 
 
+def test_a_near_uniform_full_vocabulary_draws_the_float64_token():
+    """W's vocabulary with a random model's near-uniform logits (each token ~7e-6 of the mass): the running sums
+    in float64 draw exactly the tokens of the float64 inverse CDF (a float32 running sum misses some)."""
+    vocab, rows = 151936, 32  # with float32 running sums one of these 32 rows draws a neighbour
+    g = torch.Generator().manual_seed(21)
+    logits = torch.randn(rows, vocab, generator=g).to(torch.bfloat16)
+    bias = torch.zeros(vocab)
+    u = torch.rand(rows, generator=g)
+    tok, _ = fused_sample(logits, bias, u, 1.0)
+    ref, _, _ = _reference(logits, bias, u, 1.0)
+    assert torch.equal(tok, ref)
+
+
 def test_peaked_rows_and_extreme_uniforms_never_draw_a_banned_token():
     """u = 0 and u just below 1, banned tokens at both ends of the vocabulary and of a chunk, rows with almost
     all their mass on one token."""
