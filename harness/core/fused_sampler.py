@@ -50,7 +50,6 @@ def usable(device: torch.device, *, fast: bool, dtype: torch.dtype, greedy: bool
 def fused_sample(logits: Tensor, bias: Tensor, uniforms: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
     """(tokens (B,) int64, log-probs (B,) float32) for ``logits`` (B, V) of any float dtype (rows may be
     strided, the vocabulary contiguous), ``bias`` (V,) added in float32, ``uniforms`` (B,) in [0, 1)."""
-    chunk_stats, draw = _kernels()
     B, V = logits.shape
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
@@ -61,10 +60,19 @@ def fused_sample(logits: Tensor, bias: Tensor, uniforms: Tensor, temperature: fl
     s = torch.empty((B, n_chunks), dtype=torch.float64, device=logits.device)
     tokens = torch.empty(B, dtype=torch.int64, device=logits.device)
     logp = torch.empty(B, dtype=torch.float32, device=logits.device)
+    if _shapes_only(logits):  # harness plan traces the memory: the buffers above are what the kernels use
+        return tokens, logp
+    chunk_stats, draw = _kernels()
     chunk_stats[(B, n_chunks)](logits, logits.stride(0), bias, float(temperature), m, s, V, n_chunks, BLOCK=BLOCK)
     draw[(B,)](logits, logits.stride(0), bias, float(temperature), m, s, u, tokens, logp, V, n_chunks,
                BLOCK=BLOCK, CHUNKS=max(16, 1 << (n_chunks - 1).bit_length()))
     return tokens, logp
+
+
+def _shapes_only(t: Tensor) -> bool:
+    from torch._subclasses.fake_tensor import is_fake
+
+    return t.is_meta or bool(is_fake(t))
 
 
 @cache

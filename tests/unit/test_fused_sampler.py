@@ -136,3 +136,16 @@ def test_rollouts_drawn_by_the_fused_sampler(engine):
     assert torch.equal(got.response_ids, ref.response_ids) and torch.equal(got.response_mask, ref.response_mask)
     assert not bool((got.response_ids >= 60).any())
     torch.testing.assert_close(got.rollout_logp, ref.rollout_logp, rtol=0, atol=1e-5)
+
+
+def test_a_traced_call_allocates_the_buffers_and_launches_nothing():
+    """``harness plan`` traces the step on fake tensors: the sampler's buffers are allocated (their memory is
+    the step's), no kernel runs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        tok, lp = fused_sample(torch.empty(4, 3000, dtype=torch.bfloat16), torch.zeros(3000), torch.rand(4), 1.0)
+    assert tok.shape == (4,) and tok.dtype == torch.int64 and lp.dtype == torch.float32
+    tok, lp = fused_sample(torch.empty(4, 3000, device="meta"), torch.zeros(3000, device="meta"),
+                           torch.rand(4, device="meta"), 1.0)
+    assert tok.is_meta and lp.shape == (4,)
