@@ -7,6 +7,7 @@
 #            TRL on the image's 5.17, as in bench/README.md "Run it")
 #   profile  bench/w_profile.py on W (grpo_step.py's defaults): decode and update, where the time goes
 #   profile-long  the same on W-long (one warm step, no decode-batch sweep)
+#   moe      bench/moe_routing.py: the fused MoE routing against transformers' grouped_mm experts (agreement, time)
 # Run from a copy of the repository that holds the wheels in .whl/ (ours) and .whl-bench/ (TRL). With no git
 # metadata in the copy, BENCH_COMMIT (or the file COMMIT beside .whl/) names the commit it was made from.
 # Every log and result lands in $DEST (default $OUT, else /tmp/gpu36); $WLONG_ARGS adds flags to the w-long run.
@@ -62,6 +63,11 @@ for phase in "$@"; do
         --warm-steps 1 --decode-batches "" --out "$DEST" ${PROFILE_ARGS:-} >"$DEST/profile-w-long.log" 2>&1
       rc=$?
       tail -30 "$DEST/profile-w-long.log" ;;
+    moe)
+      PYTHONPATH=$OURS_PATH timeout "${MOE_TIMEOUT:-240}" "$PY" bench/moe_routing.py --out "$DEST" \
+        >"$DEST/moe.log" 2>&1
+      rc=$?
+      tail -4 "$DEST/moe.log" ;;
     *) echo "unknown phase $phase" >&2; rc=2 ;;
   esac
   summary "$phase rc=$rc wall_s=$((SECONDS - t0))"

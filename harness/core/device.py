@@ -226,6 +226,16 @@ def fast_kernels(device: torch.device, deterministic: bool) -> bool:
     return device.type == "cuda" and not deterministic
 
 
+def cuda_triton(device: torch.device) -> bool:
+    """A CUDA device with Triton to compile for it: where the engine's own kernels (the fused sampler, the
+    one-kernel RMSNorm, the MoE routing, the compiled output head) can run at all."""
+    if device.type != "cuda":
+        return False
+    from torch.utils._triton import has_triton
+
+    return bool(has_triton())
+
+
 class AdamWKernel(TypedDict):
     fused: bool | None
     foreach: bool | None

@@ -17,14 +17,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from harness.core.device import cuda_triton
+
 
 def usable(x: Tensor) -> bool:
     """A CUDA tensor, no autograd, Triton present."""
-    if x.device.type != "cuda" or torch.is_grad_enabled():
-        return False
-    from torch.utils._triton import has_triton
-
-    return bool(has_triton())
+    return not torch.is_grad_enabled() and cuda_triton(x.device)
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:

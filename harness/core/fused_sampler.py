@@ -33,18 +33,21 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from harness.core.device import cuda_triton
+
 BLOCK = 1024  # tokens per chunk: W's 151,936 are 149 chunks
 
 
-def usable(device: torch.device, *, fast: bool, dtype: torch.dtype, greedy: bool, top_k: int, top_p: float) -> bool:
-    """Whether the fused sampler may replace :func:`~harness.core.rollout.sample_from_logits`: plain sampling
-    (no top-k / top-p, not greedy) where the engine may change bits (``fast``), with Triton on a CUDA device,
-    for a model that is not float64 (the kernels compute in float32)."""
-    if not fast or greedy or (top_k and 0 < top_k) or top_p < 1.0 or device.type != "cuda" or dtype == torch.float64:
-        return False
-    from torch.utils._triton import has_triton
+def usable(device: torch.device, *, fast: bool, dtype: torch.dtype) -> bool:
+    """Whether the fused sampler may serve a model's rollouts: where the engine may change bits (``fast``), with
+    Triton on a CUDA device, for a model that is not float64 (the kernels compute in float32). Decided once per
+    run (:func:`harness.core.trainer.ready_models`); each rollout adds :func:`plain`."""
+    return fast and dtype != torch.float64 and cuda_triton(device)
 
-    return bool(has_triton())
+
+def plain(*, greedy: bool, top_k: int, top_p: float) -> bool:
+    """Plain sampling (no top-k / top-p, not greedy): the only draw the kernels make."""
+    return not greedy and not (top_k and 0 < top_k) and top_p >= 1.0
 
 
 def fused_sample(logits: Tensor, bias: Tensor, uniforms: Tensor, temperature: float) -> tuple[Tensor, Tensor]:

@@ -64,6 +64,7 @@ class BuiltModules:
     n_params: int
     n_active_params: int  # MoE: experts counted at top-k / num_experts
     gather_once: bool = False  # sharded: every unit all-gathered once per rollout (harness.core.gather.gathered)
+    fused_sampler: bool = False  # plain sampling draws with harness.core.fused_sampler (ready_models decides)
 
 
 def _rope(text: TextArch) -> dict[str, Any]:

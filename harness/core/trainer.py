@@ -34,6 +34,8 @@ from harness.core.device import (
     reset_peak_memory,
     synchronize,
 )
+from harness.core.fused_moe import use_fused_moe
+from harness.core.fused_sampler import plain as plain_sampling
 from harness.core.fused_sampler import usable as fused_sampler_usable
 from harness.core.gather import gather_once, gathered
 from harness.core.lean_norm import use_lean_norms
@@ -154,11 +156,15 @@ def ready_models(models: BuiltModules, cfg: Recipe, device: torch.device, dist: 
     kernels apply, the decode engine chosen, and the data-parallel wrapper (sharding) applied, with the
     rollout's gathering decided (:func:`harness.core.gather.gather_once`; ``device_memory_bytes`` None: the
     host). Returns the models and the decode engine. The run and ``harness plan`` both go through here."""
-    if fast_kernels(device, cfg.deterministic):  # see harness.core.lean_norm
+    if fast_kernels(device, cfg.deterministic):  # see harness.core.lean_norm and harness.core.fused_moe
         lean = use_lean_norms(models.actor)
         ref = use_lean_norms(models.ref) if models.ref is not None else 0  # never trained: its forwards fused
+        moe = use_fused_moe(models.actor) + (use_fused_moe(models.ref) if models.ref is not None else 0)
         models = replace(models, notes=(*models.notes, f"{lean} RMSNorms with the lean backward"
-                                        + (f", {ref} of the reference's" if ref else "")))
+                                        + (f", {ref} of the reference's" if ref else "")
+                                        + (f"; {moe} MoE experts modules with the fused routing" if moe else "")))
+    models = replace(models, fused_sampler=fused_sampler_usable(device, fast=fast_kernels(device, cfg.deterministic),
+                                                                dtype=next(models.actor.parameters()).dtype))
     if dist.wrap is not None:
         models = dist.wrap(models)
         once, note = gather_once(models.actor, device_memory_bytes)
@@ -319,10 +325,8 @@ class GRPOTrainer:
                                 eos_id=self.ids["eos"], pad_id=self.ids["pad"], image_pad_id=self.ids["image_pad"],
                                 bias=self.bias, uniforms=uniforms, group_ids=uids, pixels=pixels, grids=grids,
                                 greedy=greedy, ignore_eos=ignore_eos, run_to_length=self.dist.world > 1,
-                                engine=self.decode_engine, fused_sampler=fused_sampler_usable(
-                                    self.device, fast=fast_kernels(self.device, self.cfg.deterministic),
-                                    dtype=next(model.parameters()).dtype, greedy=greedy, top_k=sampling.top_k,
-                                    top_p=sampling.top_p))
+                                engine=self.decode_engine, fused_sampler=self.models.fused_sampler and plain_sampling(
+                                    greedy=greedy, top_k=sampling.top_k, top_p=sampling.top_p))
         finally:
             model.train(was_training)
 

@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from harness.core import algos
-from harness.core.device import fast_kernels
+from harness.core.device import cuda_triton, fast_kernels
 from harness.core.gather import is_fsdp
 from harness.core.model_builder import (
     ModelInputs,
@@ -85,11 +85,8 @@ def head_kind(device: torch.device) -> str:
     entropy, and their backward) become a few fused kernels. Deterministic mode keeps the eager
     kernels: its runs must reproduce baselines recorded with them bit for bit.
     """
-    if not fast_kernels(device, torch.are_deterministic_algorithms_enabled()):
-        return "eager"
-    from torch.utils._triton import has_triton
-
-    return "compiled" if has_triton() else "eager"
+    fast = fast_kernels(device, torch.are_deterministic_algorithms_enabled())
+    return "compiled" if fast and cuda_triton(device) else "eager"
 
 
 def _checkpointed_chunk(*args: Any) -> tuple[Tensor, ...]:

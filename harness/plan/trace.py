@@ -31,8 +31,7 @@ from typing import Any
 
 import torch
 
-from harness.core.device import fast_kernels
-from harness.core.fused_sampler import usable as fused_sampler_usable
+from harness.core.fused_sampler import plain as plain_sampling
 from harness.core.model_builder import BuiltModules, banned_bias, build_models
 from harness.core.rollout import PROMPT_POSITIONS, RolloutBatch, generate
 from harness.core.tokenizer import load_tokenizer, special_token_ids
@@ -231,8 +230,7 @@ def trace_step(cfg: Recipe, *, world: int, rank: int = 0, decode_steps: int = DE
                              pixels=[None] * sizes.prompts, grids=[None] * sizes.prompts, greedy=False,
                              ignore_eos=False, run_to_length=world > 1,  # (the EOS checks read placeholders: go on)
                              engine="static" if engine == "graph" else engine,  # same buffers; graphs need CUDA
-                             fused_sampler=fused_sampler_usable(
-                                 device, fast=fast_kernels(device, cfg.deterministic), dtype=actor_dtype(models),
+                             fused_sampler=models.fused_sampler and plain_sampling(
                                  greedy=False, top_k=arr.rollout.top_k, top_p=arr.rollout.top_p))
             lp_kw = dict(bias=bias, temperature=arr.rollout.temperature, image_pad_id=ids["image_pad"])
             if not sizes.on_policy:
@@ -304,10 +302,6 @@ def _local(p: torch.Tensor) -> torch.Tensor:
 
 def actor_dtype_bytes(models: BuiltModules) -> int:
     return next(models.actor.parameters()).element_size()
-
-
-def actor_dtype(models: BuiltModules) -> torch.dtype:
-    return next(models.actor.parameters()).dtype
 
 
 def _warm_optimizer(optimizer: torch.optim.Optimizer, tracker: Tracker, offloaded: bool) -> None:

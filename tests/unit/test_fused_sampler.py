@@ -12,7 +12,7 @@ import torch
 os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is imported: the kernels run on CPU tensors
 pytest.importorskip("triton")
 
-from harness.core.fused_sampler import BLOCK, fused_sample, usable  # noqa: E402
+from harness.core.fused_sampler import BLOCK, fused_sample, plain, usable  # noqa: E402
 from harness.core.model_builder import BANNED_LOGIT  # noqa: E402
 from harness.core.rollout import sample_from_logits  # noqa: E402
 
@@ -99,16 +99,15 @@ def test_strided_rows_as_the_decoder_passes_them():
 def test_used_only_for_plain_sampling_on_cuda_where_bits_may_change(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     bf16 = torch.bfloat16
-    plain = dict(greedy=False, top_k=-1, top_p=1.0)
-    assert not usable(cpu, fast=True, dtype=bf16, **plain)
-    assert not usable(cuda, fast=False, dtype=bf16, **plain)  # deterministic runs keep their baselines' bits
-    assert not usable(cuda, fast=True, dtype=torch.float64, **plain)  # the kernels compute in float32
-    assert not usable(cuda, fast=True, dtype=bf16, greedy=True, top_k=-1, top_p=1.0)
-    assert not usable(cuda, fast=True, dtype=bf16, greedy=False, top_k=50, top_p=1.0)
-    assert not usable(cuda, fast=True, dtype=bf16, greedy=False, top_k=-1, top_p=0.9)
+    assert not usable(cpu, fast=True, dtype=bf16)
+    assert not usable(cuda, fast=False, dtype=bf16)  # deterministic runs keep their baselines' bits
+    assert not usable(cuda, fast=True, dtype=torch.float64)  # the kernels compute in float32
     monkeypatch.setattr("torch.utils._triton.has_triton", lambda: True)
-    assert usable(cuda, fast=True, dtype=bf16, **plain) and usable(cuda, fast=True, dtype=bf16, greedy=False,
-                                                                   top_k=0, top_p=1.0)
+    assert usable(cuda, fast=True, dtype=bf16) and not usable(cpu, fast=True, dtype=bf16)
+    assert plain(greedy=False, top_k=-1, top_p=1.0) and plain(greedy=False, top_k=0, top_p=1.0)
+    assert not plain(greedy=True, top_k=-1, top_p=1.0)
+    assert not plain(greedy=False, top_k=50, top_p=1.0)
+    assert not plain(greedy=False, top_k=-1, top_p=0.9)
 
 
 @pytest.mark.parametrize("engine", ["dynamic", "static"])
