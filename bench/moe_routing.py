@@ -117,10 +117,12 @@ def main() -> None:
                 row["forward_graph_us"] = {n: _time(_graphed(lambda f=f: f(x, idx, w))) for n, f in
                                            (("ours", ours), ("theirs", theirs))}
             row["forward_us"] = {n: _time(lambda f=f: f(x, idx, w)) for n, f in (("ours", ours), ("theirs", theirs))}
-            row["routing_us"] = {
-                "theirs": _time(lambda: torch.cumsum(torch.histc(torch.sort(idx.reshape(-1))[0].int(), bins=EXPERTS,
-                                                                 min=0, max=EXPERTS - 1), 0, dtype=torch.int32)),
-                "ours": _time(lambda: route(idx, EXPERTS))}
+            routing = {"theirs": lambda: torch.cumsum(torch.histc(torch.sort(idx.reshape(-1))[0].int(), bins=EXPERTS,
+                                                                  min=0, max=EXPERTS - 1), 0, dtype=torch.int32),
+                       "ours": lambda: route(idx, EXPERTS)}
+            row["routing_us"] = {n: _time(f) for n, f in routing.items()}
+            if tokens <= 1024:
+                row["routing_graph_us"] = {n: _time(_graphed(f)) for n, f in routing.items()}
         if tokens > 1024:
             xx, ww = x.clone().requires_grad_(), w.clone().requires_grad_()
 

@@ -36,8 +36,8 @@ from torch import Tensor
 
 from harness.core.device import cuda_triton
 
-CHUNK = 1024  # pairs per program of the counting kernels (W's decode step: 1,024 pairs, one program)
-SUB = 32  # pairs per one-hot tile inside a chunk (SUB × experts int32 in registers)
+SUB = 32  # pairs per one-hot tile (SUB × experts int32 in registers)
+CHUNK = SUB  # pairs per program of the counting kernels, at least (W's decode step: 1,024 pairs, 32 programs)
 C_TILE = 32  # chunk rows of the counts read at once by ``_slots``
 MAX_CHUNKS = 256  # chunks grow past CHUNK so that there are at most this many (a fixed loop: no recompiles)
 

@@ -44,10 +44,10 @@ def test_the_expert_order_is_a_stable_sorts(tokens, k, experts):
     _check_route(_ids(tokens, k, experts, seed=tokens + k), experts)
 
 
-def test_skewed_routing_and_many_chunks(monkeypatch):
+def test_skewed_routing_and_many_chunks():
     """Empty experts, one expert holding most pairs, and more chunks than one tile of counts (and chunks grown
-    past ``CHUNK`` so that there are at most ~256)."""
-    monkeypatch.setattr(fused_moe, "CHUNK", 32)
+    past ``CHUNK`` so that there are at most ``MAX_CHUNKS``)."""
+    assert fused_moe.CHUNK == 32 and fused_moe.MAX_CHUNKS == 256
     _check_route(_ids(500, 4, 12, seed=1, skew=True), 12)  # 2,000 pairs: 63 chunks of 32
     _check_route(_ids(2100, 8, 12, seed=2, skew=True), 12)  # 16,800 pairs: chunks of 128
 
