@@ -17,7 +17,8 @@ The mask is built here as a 4-D boolean tensor, which transformers passes to the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,14 +31,21 @@ from harness.core.model_builder import HFModel, ModelInputs, forward_logits
 Sampler = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
+# The attention kernel the static engines decode with in place of the model's own: flash-attn takes no 4-D boolean
+# mask (the static cache's), sdpa computes the same attention. The log-prob and update forwards keep flash-attn.
+DECODE_ATTENTION = {"flash_attention_2": "sdpa"}
+
+
 def pick_engine(model: HFModel, device: torch.device, *, sharded: bool) -> tuple[str, str | None]:
-    """(engine, why not ``graph``): ``graph`` on one CUDA device where every op of a step can be captured.
+    """(engine, a note for the run): ``graph`` on one CUDA device where every op of a step can be captured.
 
     The CPU keeps the dynamic loop (its metrics are the committed baselines'). ``sharded`` models (whose
     forwards all-gather parameters layer by layer) keep it too; a sharded model gathered once for the whole
-    rollout is not ``sharded`` here (:func:`harness.core.gather.gathered`). So do the attention kernels that
-    take no 4-D boolean mask and MoE experts other than ``grouped_mm`` (the eager experts read routing counts
-    back to the host, which a graph cannot hold).
+    rollout is not ``sharded`` here (:func:`harness.core.gather.gathered`). So do MoE experts other than
+    ``grouped_mm`` (the eager experts read routing counts back to the host, which a graph cannot hold) and the
+    attention kernels other than sdpa, except flash-attn: a model on ``flash_attention_2`` decodes over sdpa
+    (:data:`DECODE_ATTENTION`, :func:`decode_attention`) and the gap between its rollout's log-probs and its
+    training forward's shows in ``training/rollout_probs_diff_*``.
     """
     if device.type != "cuda":
         return "dynamic", None
@@ -45,12 +53,32 @@ def pick_engine(model: HFModel, device: torch.device, *, sharded: bool) -> tuple
     text = getattr(cfg, "text_config", cfg)
     if sharded:
         return "dynamic", "decode: dynamic KV cache (units gathered layer by layer; graphs need the whole model)"
-    if getattr(cfg, "_attn_implementation", None) != "sdpa":
-        return "dynamic", f"decode: dynamic KV cache ({cfg._attn_implementation} attention; graphs need sdpa)"
+    attn = str(getattr(cfg, "_attn_implementation", None))
+    if DECODE_ATTENTION.get(attn, attn) != "sdpa":
+        return "dynamic", f"decode: dynamic KV cache ({attn} attention; graphs need sdpa)"
     experts = {getattr(c, "_experts_implementation", None) for c in (cfg, text)}
     if getattr(text, "num_experts", None) and "grouped_mm" not in experts:
         return "dynamic", "decode: dynamic KV cache (eager MoE experts synchronise; graphs need grouped_mm)"
+    if attn in DECODE_ATTENTION:
+        return "graph", (f"decode: CUDA graphs over {DECODE_ATTENTION[attn]} ({attn} in the log-prob and update "
+                         "forwards; the gap: training/rollout_probs_diff_*)")
     return "graph", None
+
+
+@contextmanager
+def decode_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Within: every config of ``model`` on an attention kernel of :data:`DECODE_ATTENTION` on its replacement
+    (the configs the attention layers read at each call; a captured graph keeps what it captured)."""
+    configs = {id(c): c for c in (getattr(m, "config", None) for m in model.modules()) if c is not None}
+    switched = [(c, a) for c in configs.values() if (a := getattr(c, "_attn_implementation_internal", None))
+                in DECODE_ATTENTION]
+    for cfg, attn in switched:
+        cfg._attn_implementation_internal = DECODE_ATTENTION[attn]
+    try:
+        yield
+    finally:
+        for sub, attn in switched:
+            sub._attn_implementation_internal = attn
 
 
 def prefill_mask(prompt_mask: Tensor, cache_len: int) -> Tensor:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from harness.core.decode import decoder_for
+from harness.core.decode import decode_attention, decoder_for
 from harness.core.fused_sampler import fused_sample
 from harness.core.model_builder import HFModel, ModelInputs, forward_logits, next_positions, position_ids, upcast
 
@@ -170,10 +170,11 @@ def generate(model: HFModel, prompts: dict[str, Tensor], *, n: int, max_new_toke
                           vocab=bias.shape[-1], device=device, eos_id=eos_id, pad_id=pad_id, ignore_eos=ignore_eos,
                           logits_dtype=logits_dtype)
         dec.load(prompt_mask=prompt_mask, next_pos=next_pos, uniforms=uniforms, bias=bias, sampler=sampler)
-        dec.prefill(prompt_ids, prompt_mask, pos, inputs)
-        if engine == "graph":
-            dec.capture()
-        responses, resp_mask, logps = dec.run(run_to_length=run_to_length, check_every=check_every)
+        with decode_attention(model):  # flash-attn takes no 4-D mask: sdpa for the prefill and the steps
+            dec.prefill(prompt_ids, prompt_mask, pos, inputs)
+            if engine == "graph":
+                dec.capture()
+            responses, resp_mask, logps = dec.run(run_to_length=run_to_length, check_every=check_every)
         return RolloutBatch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=responses,
                             response_mask=resp_mask, rollout_logp=logps, group_ids=seq_groups, pixels=seq_pixels,
                             grids=seq_grids, tensors={PROMPT_POSITIONS: _rows_first(pos)})

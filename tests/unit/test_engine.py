@@ -12,6 +12,8 @@ same gradients.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import transformers
@@ -186,3 +188,46 @@ def test_positions_attached_once_equal_those_of_every_sub_batch(family: str) -> 
             assert torch.equal(update.full_positions(model, sub, inputs), own)
             got = update.sequence_logprobs(model, sub, bias=bias, temperature=0.7, image_pad_id=IMG)[0]
             assert torch.equal(got, ref)
+
+
+def _claims_flash_attention(model: torch.nn.Module) -> list[Any]:
+    """Every config of ``model`` set to flash_attention_2 (without flash-attn installed: the internal field, which
+    the attention layers read at each call); returns the configs."""
+    configs = list({id(c): c for c in (getattr(m, "config", None) for m in model.modules()) if c is not None}.values())
+    for cfg in configs:
+        cfg._attn_implementation_internal = "flash_attention_2"  # noqa: SLF001
+    return configs
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_vl_moe"])
+def test_a_flash_attention_model_decodes_over_sdpa_on_the_static_engines(family: str) -> None:
+    """flash-attn takes no 4-D mask: the static engines switch such a model to sdpa for the rollout (prefill and
+    steps) and back after it, so it samples what the sdpa model samples; on CUDA it gets the graph engine."""
+    from harness.core.decode import decode_attention, pick_engine
+
+    model = _model(family)
+    with torch.no_grad():
+        ref = _run(model, "static")
+        configs = _claims_flash_attention(model)
+        assert pick_engine(model, torch.device("cpu"), sharded=False) == ("dynamic", None)
+        model.config._experts_implementation = "grouped_mm"  # noqa: SLF001 - the graphs' other requirement
+        engine, note = pick_engine(model, torch.device("cuda"), sharded=False)
+        assert engine == "graph" and note is not None and "over sdpa" in note and "rollout_probs_diff" in note
+        assert pick_engine(model, torch.device("cuda"), sharded=True)[0] == "dynamic"
+        model.config._experts_implementation = "eager"  # noqa: SLF001 - float64 on the CPU
+        with decode_attention(model):
+            assert {c._attn_implementation for c in configs} == {"sdpa"}  # noqa: SLF001
+        assert {c._attn_implementation for c in configs} == {"flash_attention_2"}  # noqa: SLF001
+        got = _run(model, "static")
+        assert {c._attn_implementation for c in configs} == {"flash_attention_2"}  # noqa: SLF001
+    assert torch.equal(got.response_ids, ref.response_ids) and torch.equal(got.response_mask, ref.response_mask)
+    torch.testing.assert_close(got.rollout_logp, ref.rollout_logp, rtol=0, atol=0)
+
+
+def test_an_attention_kernel_without_a_decode_replacement_keeps_the_dynamic_loop() -> None:
+    from harness.core.decode import pick_engine
+
+    model = _model("qwen3")
+    model.config._attn_implementation_internal = "flex_attention"  # noqa: SLF001
+    engine, note = pick_engine(model, torch.device("cuda"), sharded=False)
+    assert engine == "dynamic" and note is not None and "flex_attention attention; graphs need sdpa" in note

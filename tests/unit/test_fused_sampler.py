@@ -114,9 +114,10 @@ def test_used_only_for_plain_sampling_on_cuda_where_bits_may_change(monkeypatch)
 def test_rollouts_drawn_by_the_fused_sampler(engine):
     """Both decode loops hand the fused sampler the raw logits and the banned-token bias: with the same uniforms
     a tiny model's rollout is the reference sampler's, tokens and masks equal, log-probs to float32 rounding."""
+    from test_engine import _model, _prompts  # the sibling module (tests/unit is on sys.path)
+
     from harness.core.model_builder import banned_bias
     from harness.core.rollout import draw_uniforms, generate
-    from tests.unit.test_engine import _model, _prompts
 
     model = _model("qwen3_moe").to(torch.float32)
     prompts, pixels, grids = _prompts(False)
