@@ -60,8 +60,13 @@ def integration(session: nox.Session) -> None:
     _install(session, "[test]")
     # --durations: every CI log says where its minutes go. One test file per worker at a time (--dist loadfile):
     # a file's session-scoped runs (a recorded baseline, a gate) are made once, on the worker that runs the file.
-    session.run("pytest", *(session.posargs or ["tests/integration", "tests/fuzz", "-q", "--durations=25", *WORKERS,
-                                                "--dist", "loadfile"]), success_codes=[0])
+    # Then the tests that need the machine to themselves (a throughput verdict), on one worker.
+    if session.posargs:
+        session.run("pytest", *session.posargs, success_codes=[0])
+        return
+    session.run("pytest", "tests/integration", "tests/fuzz", "-q", "--durations=25", "-m", "not serial", *WORKERS,
+                "--dist", "loadfile", success_codes=[0])
+    session.run("pytest", "tests/integration", "-q", "--durations=5", "-m", "serial", success_codes=[0])
 
 
 @nox.session(python=PYTHON)
