@@ -236,6 +236,18 @@ def cuda_triton(device: torch.device) -> bool:
     return bool(has_triton())
 
 
+def pow2_block(n: int) -> int:
+    """The smallest power of two ≥ ``n`` (and ≥ 16): a Triton block that covers ``n`` elements."""
+    return max(16, 1 << (n - 1).bit_length())
+
+
+def shapes_only(t: torch.Tensor) -> bool:
+    """A meta or fake tensor (``harness plan`` traces memory): a kernel's buffers are allocated, nothing runs."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return t.is_meta or bool(is_fake(t))
+
+
 class AdamWKernel(TypedDict):
     fused: bool | None
     foreach: bool | None

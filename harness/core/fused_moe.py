@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from harness.core.device import cuda_triton
+from harness.core.device import cuda_triton, pow2_block, shapes_only
 
 SUB = 32  # pairs per one-hot tile (SUB × experts int32 in registers)
 CHUNK = SUB  # pairs per program of the counting kernels, at least (W's decode step: 1,024 pairs, 32 programs)
@@ -58,12 +58,12 @@ def route(expert_ids: Tensor, num_experts: int) -> tuple[Tensor, Tensor, Tensor]
     slot = torch.empty(S, dtype=torch.int64, device=dev)
     token = torch.empty(S, dtype=torch.int64, device=dev)
     offsets = torch.empty(num_experts, dtype=torch.int32, device=dev)
-    if _shapes_only(ids):  # harness plan traces the memory: the buffers above are what the kernels use
+    if shapes_only(ids):  # harness plan traces the memory: the buffers above are what the kernels use
         return slot, token, offsets
     chunk = max(CHUNK, 1 << (-(-S // MAX_CHUNKS) - 1).bit_length())  # at most MAX_CHUNKS chunks
     n_chunks = max(1, -(-S // chunk))
     counts = torch.empty((n_chunks, num_experts), dtype=torch.int32, device=dev)
-    e_pad = max(16, 1 << (num_experts - 1).bit_length())
+    e_pad = pow2_block(num_experts)
     k_count, k_slots = _routing_kernels()
     k_count[(n_chunks,)](ids, S, counts, num_experts, CHUNK=chunk, SUB=SUB, E_PAD=e_pad)
     k_slots[(n_chunks,)](ids, S, k, counts, n_chunks, num_experts, slot, token, offsets,
@@ -77,11 +77,11 @@ def gather_sum(src: Tensor, slot: Tensor, k: int, weights: Tensor | None, dtype:
     S, H = src.shape
     T = S // k
     out = torch.empty((T, H), dtype=dtype, device=src.device)
-    if _shapes_only(src) or T == 0:
+    if shapes_only(src) or T == 0:
         return out
     src = src.contiguous()
     w = weights.reshape(-1).contiguous() if weights is not None else slot  # (never read without weights)
-    _pair_kernels()[0][(T,)](src, slot, w, out, H, K=k, HAS_W=weights is not None, BLOCK_H=_block(H))
+    _pair_kernels()[0][(T,)](src, slot, w, out, H, K=k, HAS_W=weights is not None, BLOCK_H=pow2_block(H))
     return out
 
 
@@ -117,9 +117,9 @@ class Combine(torch.autograd.Function):
         T, k = weights.shape
         dy = torch.empty_like(y)
         dw = torch.empty((T, k), dtype=weights.dtype, device=y.device)
-        if not _shapes_only(y) and T:
+        if not shapes_only(y) and T:
             _pair_kernels()[1][(T,)](grad.contiguous(), y.contiguous(), slot, weights.contiguous(), dy, dw, H, K=k,
-                                     BLOCK_H=_block(H))
+                                     BLOCK_H=pow2_block(H))
         return dy, dw, None, None
 
 
@@ -158,16 +158,6 @@ def use_fused_moe(model: torch.nn.Module) -> int:
             module.forward = types.MethodType(experts_forward, module)
             count += 1
     return count
-
-
-def _block(n: int) -> int:
-    return max(16, 1 << (n - 1).bit_length())
-
-
-def _shapes_only(t: Tensor) -> bool:
-    from torch._subclasses.fake_tensor import is_fake
-
-    return t.is_meta or bool(is_fake(t))
 
 
 @cache

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from harness.core.device import cuda_triton
+from harness.core.device import cuda_triton, pow2_block
 
 
 def usable(x: Tensor) -> bool:
@@ -33,7 +33,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     if rows.stride(-1) != 1 or rows.stride(0) != n:
         rows = rows.contiguous()
     out = torch.empty(rows.shape, dtype=torch.promote_types(weight.dtype, x.dtype), device=x.device)
-    _kernel()[(rows.shape[0],)](rows, weight.contiguous(), out, n, float(eps), BLOCK=max(16, 1 << (n - 1).bit_length()))
+    _kernel()[(rows.shape[0],)](rows, weight.contiguous(), out, n, float(eps), BLOCK=pow2_block(n))
     return out.view(x.shape)
 
 

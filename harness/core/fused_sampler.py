@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from harness.core.device import cuda_triton
+from harness.core.device import cuda_triton, pow2_block, shapes_only
 
 BLOCK = 1024  # tokens per chunk: W's 151,936 are 149 chunks
 
@@ -63,19 +63,13 @@ def fused_sample(logits: Tensor, bias: Tensor, uniforms: Tensor, temperature: fl
     s = torch.empty((B, n_chunks), dtype=torch.float64, device=logits.device)
     tokens = torch.empty(B, dtype=torch.int64, device=logits.device)
     logp = torch.empty(B, dtype=torch.float32, device=logits.device)
-    if _shapes_only(logits):  # harness plan traces the memory: the buffers above are what the kernels use
+    if shapes_only(logits):  # harness plan traces the memory: the buffers above are what the kernels use
         return tokens, logp
     chunk_stats, draw = _kernels()
     chunk_stats[(B, n_chunks)](logits, logits.stride(0), bias, float(temperature), m, s, V, n_chunks, BLOCK=BLOCK)
     draw[(B,)](logits, logits.stride(0), bias, float(temperature), m, s, u, tokens, logp, V, n_chunks,
-               BLOCK=BLOCK, CHUNKS=max(16, 1 << (n_chunks - 1).bit_length()))
+               BLOCK=BLOCK, CHUNKS=pow2_block(n_chunks))
     return tokens, logp
-
-
-def _shapes_only(t: Tensor) -> bool:
-    from torch._subclasses.fake_tensor import is_fake
-
-    return t.is_meta or bool(is_fake(t))
 
 
 @cache
