@@ -48,3 +48,27 @@ def test_set_args_keep_only_the_command_line_overrides() -> None:
     overrides = [{"key": "seed", "value": 7}, {"key": "trainer.nnodes", "value": 2, "source": "profile patch"},
                  {"key": "model.dtype", "value": "float64"}]
     assert set_args(overrides) == ("seed=7", 'model.dtype="float64"')
+
+
+def test_a_container_gets_the_fault_hook_and_the_wait_policy_and_nothing_else(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.config.recipe import resolve
+    from harness.run.plan import RunPlan
+    from harness.run.runtime import docker, launch
+
+    seen: dict[str, object] = {}
+
+    def fake_run_in_docker(inner: list[str], **kw: object) -> int:
+        seen.update(kw, inner=inner)
+        return 0
+
+    monkeypatch.setattr(docker, "run_in_docker", fake_run_in_docker)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("HARNESS_FAULT", "flip-advantage")
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path))
+    monkeypatch.setenv("MKL_NUM_THREADS", "7")
+    plan = RunPlan(recipe="qwen3_vl_30b", res=resolve("qwen3_vl_30b", "cpu", "smoke", ()), run_dir=tmp_path / "run",
+                   runtime="docker", image="harness-cpu:test", steps=2)
+    launch.train_stage(plan)
+    assert seen["env"] == {"OMP_WAIT_POLICY": "PASSIVE", "HARNESS_FAULT": "flip-advantage"}
+    assert seen["image"] == "harness-cpu:test" and "--stage" in seen["inner"]  # type: ignore[operator]
