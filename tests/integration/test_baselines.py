@@ -294,11 +294,12 @@ def test_another_seed_trains_candidates_and_judges_their_median(work: Path, reco
 def test_a_fault_below_the_seeds_spread_fails_a_statistical_verdict_through_its_probe(
         work: Path, recorded: dict[str, Path]) -> None:
     """KL coefficient 0 does not move the reward beyond the seeds' spread at smoke scale, but it changes the update:
-    another seed with it FAILs, by the replay probe."""
-    run_dir = work / "runs" / "seed-8-kl0"
+    another seed with it FAILs, by the replay probe. Seed 7, as the candidates' test: its warm start is trained
+    once (the warm start does not depend on the KL coefficient)."""
+    run_dir = work / "runs" / "seed-7-kl0"
     proc = harness(work, "run", RECIPE, "--profile", "cpu", "--steps", "3", "--out", str(run_dir), "--runtime", "local",
                    "--baseline", str(recorded["baseline"]), "--no-report", "--quiet", "--candidates", "1",
-                   "--set", "seed=8", "--set", "actor_rollout_ref.actor.kl_loss_coef=0")
+                   "--set", "seed=7", "--set", "actor_rollout_ref.actor.kl_loss_coef=0")
     v = load_json_strict(run_dir / "verdict.json")
     assert proc.returncode == 1 and v["status"] == "fail" and v["tier"] == "statistical", v["summary_line"]
     bad = [c for c in v["checks"] if c["group"] == "replay" and not c["passed"]]

@@ -7,7 +7,8 @@ every tier must catch (the advantage's sign flipped), read back with junitparser
 - ``--tier statistical``: the run, its two candidate runs and its replay probe are trained by the gate's run;
   the median of the three collapses and the probe's replay checks fail, and both show as JUnit failures.
 
-Budget: a 4-step replay, then 3 free runs of 12 steps and one 10-step probe replay.
+Budget: a 4-step replay, then 3 free runs of 6 steps and one 10-step probe replay (at 6 steps the median of the
+three, 0.25 on the tier's scale, is 0.35 below the seeds' 0.60 where 0.08 is allowed: measured).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def test_a_failing_replay_gate_fails_in_junit(tmp_path: Path) -> None:
 
 
 def test_a_failing_probe_and_candidates_fail_in_junit(tmp_path: Path) -> None:
-    v, xml = _failing_verdict(tmp_path, STATISTICAL.name, 12)
+    v, xml = _failing_verdict(tmp_path, STATISTICAL.name, 6)
     assert v.candidates is not None and len(v.candidates) == 2, "the gate's run trains the candidates it lacks"
     assert v.replay_probe is not None, "and the replay probe"
     suite = next(iter(xml))
