@@ -113,7 +113,7 @@ class Combine(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
         y, weights, slot = ctx.saved_tensors
-        S, H = y.shape
+        H = y.shape[1]
         T, k = weights.shape
         dy = torch.empty_like(y)
         dw = torch.empty((T, k), dtype=weights.dtype, device=y.device)
