@@ -14,17 +14,27 @@ no result (the thread count, which does, stays the pinned one).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+@pytest.fixture(scope="session")
+def workers_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Callable[[str], Path]:
+    """``name`` → a directory of this session that every pytest-xdist worker of it shares."""
+    def make(name: str) -> Path:
+        if worker_id == "master":
+            return tmp_path_factory.mktemp(name)
+        shared = tmp_path_factory.getbasetemp().parent / name  # the workers' common base directory
+        shared.mkdir(exist_ok=True)
+        return shared
+
+    return make
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _shared_warm_start_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> None:
-    if worker_id == "master":
-        os.environ["HARNESS_CACHE"] = str(tmp_path_factory.mktemp("harness-cache"))
-        return
-    shared = tmp_path_factory.getbasetemp().parent / "harness-cache"  # the workers' common base directory
-    shared.mkdir(exist_ok=True)
-    os.environ["HARNESS_CACHE"] = str(shared)
+def _shared_warm_start_cache(workers_dir: Callable[[str], Path]) -> None:
+    os.environ["HARNESS_CACHE"] = str(workers_dir("harness-cache"))

@@ -23,16 +23,9 @@ SmokeRun = Callable[[str, "int | None"], "tuple[subprocess.CompletedProcess[str]
 
 
 @pytest.fixture(scope="session")
-def smoke_runs_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
-    if worker_id == "master":
-        return tmp_path_factory.mktemp("smoke-runs")
-    shared = tmp_path_factory.getbasetemp().parent / "smoke-runs"  # the workers' common base directory
-    shared.mkdir(exist_ok=True)
-    return shared
+def smoke_run(workers_dir: Callable[[str], Path]) -> SmokeRun:
+    smoke_runs_dir = workers_dir("smoke-runs")  # tests/conftest.py
 
-
-@pytest.fixture(scope="session")
-def smoke_run(smoke_runs_dir: Path) -> SmokeRun:
     def run(recipe: str, steps: int | None) -> tuple[subprocess.CompletedProcess[str], Path]:
         work = smoke_runs_dir / f"{recipe}-{steps or 'all'}"
         work.mkdir(exist_ok=True)
