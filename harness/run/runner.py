@@ -27,7 +27,8 @@ from harness import __version__, numerics
 from harness.config.profiles import device_processes, probe_machine
 from harness.config.recipe import Resolved
 from harness.core.device import (
-    CALIBRATE_EVERY,
+    SPEED_METRIC,
+    calibrate_every,
     CALIBRATION_WORKLOAD,
     calibrated_speed,
     numerics_env,
@@ -262,10 +263,15 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                 record.mlperf.run_start()
             stop.arm()
             load = StepLoad(own_cpu(dist))
+            every = calibrate_every(device)
             for step in range(start + 1, total + 1):
+                before = speed_index(device) if dist.rank == 0 and every == 1 else None  # not inside the step's time
                 load.start()
                 metrics = trainer.step(step)
                 metrics.update(load.stop())  # who else used the CPUs meanwhile (judges throughput fairly)
+                if before is not None:
+                    metrics[SPEED_METRIC] = before
+                    speeds.append(before)
                 if keep_rollouts and trainer.last_rollout is not None:
                     keep_step(trainer, run_dir if record is not None else None, step)
                 for cb in callbacks:
@@ -279,7 +285,7 @@ def train(res: Resolved, run_dir: Path, *, steps: int | None = None, runtime: st
                     if step == total or step % 5 == 0:
                         record.save()
                 bar.update(step, metrics)
-                if dist.rank == 0 and step % CALIBRATE_EVERY == 0 and step < total:
+                if dist.rank == 0 and every > 1 and step % every == 0 and step < total:
                     speeds.append(speed_index(device))  # between steps: no step's timing includes it
                 for cb in callbacks:
                     cb.on_recorded(step)
