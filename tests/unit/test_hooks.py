@@ -32,14 +32,24 @@ def test_each_callback_does_what_it_says(monkeypatch):
     trainer = SimpleNamespace(advantage_sign=1.0)
     H.FlipAdvantage().on_start(trainer)
     assert trainer.advantage_sign == -1.0
-    slept = []
-    monkeypatch.setattr(H.time, "sleep", slept.append)
+    busy = []
+    monkeypatch.setattr(H, "busy_wait", busy.append)
     m = {"timing_s/step": 1.0, "perf/total_num_tokens": 1000.0, "perf/throughput": 1000.0}
     H.Slowdown(0.5).on_step(4, m, world=1)
-    assert slept == [1.0] and m["timing_s/step"] == 2.0 and m["perf/throughput"] == 500.0  # half the throughput
+    assert busy == [1.0] and m["timing_s/step"] == 2.0 and m["perf/throughput"] == 500.0  # half the throughput
     sent = []
     monkeypatch.setattr(H.os, "kill", lambda pid, sig: sent.append(sig))
     stop = H.StopAfter(2)
     stop.on_recorded(1)
     stop.on_recorded(2)
     assert sent == [signal.SIGTERM]
+
+
+def test_the_slowdown_keeps_the_thread_busy_rather_than_asleep():
+    """Slower code keeps the host busy; a sleep idles it (and on an H200 host the steps after a sleep ran faster)."""
+    import time
+
+    wall, cpu = time.perf_counter(), time.thread_time()
+    H.busy_wait(0.2)
+    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    assert wall >= 0.2 and cpu >= 0.05, (wall, cpu)  # asleep, a thread uses ~0 CPU
