@@ -13,7 +13,10 @@ Rules (a run's steady steps are those after the policy's warm-up; p = the policy
   median(samples at the start, every 10 steps, the end) / the reference's (never up);
 - ``dense``: the same with every sample the run took (before each step, and at its start and end);
 - ``paired``: p of each step's throughput divided by min(1, that step's own sample / the reference's speed),
-  against the reference's unscaled value.
+  against the reference's unscaled value;
+- ``per_step`` (the product's rule where the reference has ``per_step``): p of each step's throughput times the
+  reference's speed / that step's sample, both ways, against the reference seeds' same quantity, its tolerance
+  from their spread on that scale.
 A run whose calibration is below 0.7x the reference's gets no throughput verdict under sparse/dense (as the
 product: "not comparable").
 
@@ -29,8 +32,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from harness.core.device import CALIBRATE_EVERY, SPEED_METRIC  # noqa: E402
+from harness.core.device import CALIBRATE_EVERY  # noqa: E402
 from harness.judge.series import quantile, rel_spread  # noqa: E402
+from harness.records.run import SPEED_METRIC  # noqa: E402
 
 Q, WARMUP, MIN_TOL, MAX_TOL, SPREAD_FACTOR, MIN_SCALE = 0.9, 2, 0.15, 0.2, 3.0, 0.7
 METRIC = "perf/throughput"
@@ -49,20 +53,26 @@ def load(run: Path) -> dict:
             "sparse": sparse}
 
 
+def scaled(run: dict, speed: float) -> list[float]:
+    return [t * speed / s for t, s in zip(run["tput"], run["per_step"])]
+
+
 def reference(runs: list[dict], rule: str) -> dict:
-    seed_values = [quantile(r["tput"], Q) for r in runs]
     key = "sparse" if rule == "sparse" else "all"
     speed = statistics.median(statistics.median(r[key]) for r in runs)
+    per_run = [scaled(r, speed) for r in runs] if rule == "per_step" else [r["tput"] for r in runs]
+    seed_values = [quantile(v, Q) for v in per_run]
     tol = min(MAX_TOL, max(MIN_TOL, SPREAD_FACTOR * rel_spread(seed_values)))
-    return {"value": quantile([v for r in runs for v in r["tput"]], Q), "speed": speed, "tol": tol}
+    return {"value": quantile([v for vals in per_run for v in vals], Q), "speed": speed, "tol": tol}
 
 
 def judge(run: dict, ref: dict, rule: str) -> tuple[str, float, float]:
     """(PASS / FAIL / none, the judged value's change against the (scaled) reference, the scale)."""
-    if rule == "paired":
+    if rule in ("paired", "per_step"):
         if None in run["per_step"]:
             return "none", float("nan"), float("nan")
-        adj = [t / min(1.0, s / ref["speed"]) for t, s in zip(run["tput"], run["per_step"])]
+        adj = ([t / min(1.0, s / ref["speed"]) for t, s in zip(run["tput"], run["per_step"])] if rule == "paired"
+               else scaled(run, ref["speed"]))
         value, base = quantile(adj, Q), ref["value"]
         scale = statistics.median(run["per_step"]) / ref["speed"]
     else:
@@ -88,7 +98,7 @@ def main() -> int:
     for n, r in out["runs"].items():
         print(f"{n:10s} p90 {r['p90']:9,.0f} tok/s  calibration median {r['calibration_median']:7,.0f} "
               f"(spread {r['calibration_spread']:.3f}, {r['n_samples']} samples)")
-    for rule in ("sparse", "dense", "paired"):
+    for rule in ("sparse", "dense", "paired", "per_step"):
         rows = []
         for n in same + slow:
             refs = [runs[m] for m in same if m != n]

@@ -207,12 +207,11 @@ def speed_index(device: torch.device) -> float:
 
 
 CALIBRATE_EVERY = 10  # steps between a CPU run's calibration samples (besides the one at its start and its end)
-SPEED_METRIC = "perf/speed_index"  # an accelerator run's calibration sample taken just before each step
 
 
 def calibrate_every(device: torch.device) -> int:
     """Steps between a run's calibration samples. An accelerator run samples before every step (its sample is
-    the step's :data:`SPEED_METRIC`): a launch-bound step there follows the host's moment-to-moment load, and
+    the step's ``perf/speed_index``): a launch-bound step there follows the host's moment-to-moment load, and
     samples every 10 steps missed it (an H200 host's runs false-FAILed throughput, 2026-12-04). A sample costs
     ~15 ms there; on a CPU it costs about a step's share of a small run, so a CPU run samples every 10 steps."""
     return CALIBRATE_EVERY if device.type == "cpu" else 1

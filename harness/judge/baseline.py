@@ -44,6 +44,7 @@ from harness.judge.series import (  # noqa: F401 - re-exported: the baseline's m
     is_timing,
     last_step,
     load_series,
+    per_step_scaled,
     quantile,
     reference_speeds,
     rel_spread,
@@ -62,6 +63,7 @@ from harness.records.baseline import (
     Baseline,
     Environment,
     MemoryPolicy,
+    PerStepThroughput,
     Policy,
     ReplayPolicy,
     StatisticalPolicy,
@@ -136,20 +138,43 @@ def load_baseline(path: Path) -> Baseline:
 
 
 # ----------------------------------------------------------------------------- building
-def throughput_reference(env: Environment, steady_values: list[float], seed_values: list[float], q: float,
+def throughput_reference(env: Environment, all_series: list[dict[str, Series]], policy: ThroughputPolicy, steps: int,
                          runtime: Runtime, manifests: list[Manifest]) -> ThroughputRef:
-    """One throughput reference: valid only for runs on this device model with this thread count.
+    """One throughput reference from the seeds' runs: valid only for runs on this device model with this thread count.
 
     With the runs' machine speed (their manifests' calibration), the median of it is kept so that a
-    run on a faster or slower machine of the same model is held to a floor scaled accordingly.
+    run on a faster or slower machine of the same model is held to a floor scaled accordingly. Where every run
+    sampled its speed before each step (accelerators) and scaling each step by its own sample narrows the seeds'
+    spread, the reference on that scale is kept too (``per_step``; :func:`per_step_reference`).
     """
+    per_run = reference_speeds(all_series, policy, steps)
+    seed_values = [quantile(v, policy.quantile) for v in per_run if v]
     speeds = [m.calibration.speed_index for m in manifests if m.calibration]
+    speed = statistics.median(speeds) if speeds else None
     sharers = [m.calibration.device_processes if m.calibration else None for m in manifests]
+    spread = rel_spread(seed_values)
     return ThroughputRef(device_model=env.machine.device_model, threads=env.software.threads, runtime=runtime,
-                         value=quantile(steady_values, q), seed_values=seed_values,
-                         relative_spread=rel_spread(seed_values), recorded_utc=utc_now(),
-                         speed_index=statistics.median(speeds) if speeds else None,
-                         solo=None if None in sharers else not any(sharers))
+                         value=quantile([v for vals in per_run for v in vals], policy.quantile),
+                         seed_values=seed_values, relative_spread=spread, recorded_utc=utc_now(), speed_index=speed,
+                         solo=None if None in sharers else not any(sharers),
+                         per_step=per_step_reference(all_series, policy, speed, spread) if speed else None)
+
+
+def per_step_reference(all_series: list[dict[str, Series]], policy: ThroughputPolicy, speed: float,
+                       raw_spread: float) -> PerStepThroughput | None:
+    """The seeds' throughput with each steady step scaled to ``speed`` by its own calibration sample, kept only when
+    every run has the samples and the scaling narrowed the seeds' spread below ``raw_spread`` (the calibration then
+    explains the host's moment-to-moment speed; for a run bound by the device, it would only add its own noise)."""
+    scaled = [per_step_scaled(s, policy.metric, policy.warmup_steps, speed) for s in all_series]
+    if len(scaled) < 2 or any(v is None for v in scaled):
+        return None
+    per_run = [v for v in scaled if v is not None]
+    seed_values = [quantile(v, policy.quantile) for v in per_run]
+    spread = rel_spread(seed_values)
+    if spread >= raw_spread:
+        return None
+    return PerStepThroughput(value=quantile([v for vals in per_run for v in vals], policy.quantile),
+                             seed_values=seed_values, relative_spread=spread)
 
 
 def refuse_shared_device(manifests: list[Manifest], run_dirs: list[Path]) -> None:
@@ -223,8 +248,6 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: Policy | None 
     steps = prim.steps.completed
     metrics = metric_entries(all_series, steps, policy, str(run_dirs[0]))
     tp, mem = policy.throughput, policy.memory
-    tp_seeds = reference_speeds(all_series, tp, steps)
-    tp_meds = [quantile(v, tp.quantile) for v in tp_seeds if v]
     env = summary(prim)
     mem_peaks = [max(s[mem.metric].values()) for s in all_series if s.get(mem.metric)]
     ws = prim.warm_start
@@ -239,8 +262,8 @@ def build_baseline(run_dirs: list[Path], *, command: str, policy: Policy | None 
         "environment": dump(env),
         "policy": dump(policy),
         "metrics": metrics,
-        "throughput": {"references": [dump(throughput_reference(env, [v for vals in tp_seeds for v in vals],
-                                                                tp_meds, tp.quantile, prim.runtime.kind, manifests))]},
+        "throughput": {"references": [dump(throughput_reference(env, all_series, tp, steps, prim.runtime.kind,
+                                                                manifests))]},
         "memory": {"value": statistics.median(mem_peaks) if mem_peaks else 0.0, "seed_values": mem_peaks,
                    "relative_spread": rel_spread(mem_peaks)},
         "runs": [{"seed": m.seed, "run_dir": str(d), "metrics_sha256": file_sha256(d / "metrics.jsonl")}

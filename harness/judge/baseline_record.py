@@ -29,8 +29,6 @@ from harness.judge.baseline import (
     build_baseline,
     load_baseline,
     load_series,
-    quantile,
-    reference_speeds,
     refuse_shared_device,
     throughput_reference,
     write_baseline,
@@ -192,9 +190,7 @@ def record_throughput(recipe: str, profile: str, scale: str, *, runs: int, steps
         raise HarnessError("the recipe changed since the baseline was recorded", file=str(out),
                            fix="re-record the whole baseline")
     pol = doc.policy.throughput
-    per_run = [v for v in reference_speeds([load_series(d) for d in dirs], pol, steps or doc.steps) if v]
-    ref = throughput_reference(summary(manifests[0]), [v for vals in per_run for v in vals],
-                               [quantile(v, pol.quantile) for v in per_run], pol.quantile,
+    ref = throughput_reference(summary(manifests[0]), [load_series(d) for d in dirs], pol, steps or doc.steps,
                                manifests[0].runtime.kind, manifests)
     refs = doc.throughput.references
     same = [r for r in refs if (r.device_model, r.threads) == (ref.device_model, ref.threads)]

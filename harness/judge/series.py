@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.records.baseline import ThroughputPolicy
+from harness.records.run import SPEED_METRIC
 from harness.run.cpuload import IDLE_METRIC, OTHERS_METRIC, contended
 from harness.run.rundir import read_metrics
 
@@ -139,6 +140,18 @@ def reference_speeds(all_series: list[dict[str, Series]], policy: ThroughputPoli
                            f"{policy.warmup_steps} are warm-up)", key_path="--steps", fix="record more steps")
     clean = [sp.values if sp.judgeable else [] for sp in speeds]
     return clean if any(clean) else [sp.all_values for sp in speeds]
+
+
+def per_step_scaled(series: dict[str, Series], metric: str, warmup: int, speed: float,
+                    end: int | None = None) -> list[float] | None:
+    """Each steady step's ``metric`` (tokens/s) at machine speed ``speed``: value * speed / the calibration
+    sample taken just before that step (:data:`SPEED_METRIC`). None unless every steady step has a sample (a
+    CPU run samples every 10 steps only) and there is one. Contended steps are kept: the sample saw the load."""
+    values, samples = series.get(metric, {}), series.get(SPEED_METRIC, {})
+    steps = [k for k in sorted(values) if k > warmup and (end is None or k <= end) and math.isfinite(values[k])]
+    if not steps or not all(samples.get(k, 0.0) > 0.0 for k in steps):
+        return None
+    return [values[k] * speed / samples[k] for k in steps]
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -39,13 +39,22 @@ from harness.judge.series import (
     BAND_EXCLUDED_SUFFIXES,
     REPLAY_EXCLUDED_PREFIXES,
     is_timing,
+    per_step_scaled,
     quantile,
     stat_spec,
     statistical_window,
     steady_speed,
     window_mean,
 )
-from harness.records.baseline import BandPolicy, Baseline, Environment, MetricSeries, ThroughputRef
+from harness.records.baseline import (
+    BandPolicy,
+    Baseline,
+    Environment,
+    MetricSeries,
+    PerStepThroughput,
+    ThroughputPolicy,
+    ThroughputRef,
+)
 from harness.records.verdict import Check, CrossCheck
 from harness.registry import Registry
 
@@ -432,10 +441,6 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
     if not vals:
         notices.append(f"throughput not checked: no steady steps (the first {pol.warmup_steps} are warm-up)")
         return []
-    if speed.left_out and speed.judgeable:
-        notices.append(f"throughput over the {len(vals)} steady steps with uncontended CPUs ({speed.why_not()})")
-    q = pol.quantile
-    med, ref_value = quantile(vals, q), ref.value
     scale = speed_scale(ctx, ref)
     if scale is not None and scale < MIN_SPEED_SCALE:
         notices.append(f"throughput not comparable: this machine ran the speed calibration at {scale:.2f}x the "
@@ -444,6 +449,14 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
         return []
     if scale and scale > 1.4:
         notices.append(f"this machine ran the speed calibration at {scale:.2f}x the reference machine's")
+    if scale is not None and ref.per_step is not None and ref.speed_index:
+        scaled = per_step_scaled(ctx.run, pol.metric, pol.warmup_steps, ref.speed_index, ctx.upto)
+        if scaled is not None:
+            return per_step_check(pol, ref, ref.per_step, scaled, notices)
+    if speed.left_out and speed.judgeable:
+        notices.append(f"throughput over the {len(vals)} steady steps with uncontended CPUs ({speed.why_not()})")
+    q = pol.quantile
+    med, ref_value = quantile(vals, q), ref.value
     # a slower calibration lowers the floor, a faster one never raises it (see MIN_SPEED_SCALE)
     relax = min(1.0, scale) if scale else 1.0
     base = ref_value * relax
@@ -463,6 +476,25 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
     detail = (f"{what} {med:,.0f} tok/s over {len(vals)} steady steps vs {ref_value:,.0f} on {ref.device_model}"
               f"{calib} ({(med / base - 1) * 100:+.1f}%; floor -{tol * 100:.0f}%)")
     return [make_check(THROUGHPUT, pol.metric, None, med, base, base * tol, ok, len(vals), [], detail)]
+
+
+def per_step_check(pol: ThroughputPolicy, ref: ThroughputRef, per: PerStepThroughput, scaled: list[float],
+                   notices: list[str]) -> list[Check]:
+    """The throughput check on the reference machine's speed, step by step: each steady step's tokens/s times the
+    reference's calibration over the sample taken just before that step, against the seeds' same quantity. Where
+    the seeds showed that the samples follow a launch-bound run's host (``per_step`` recorded), this separates
+    the host's moment-to-moment speed from the code's (measured on an H200 host: bench/results/throughput-per-step-h200-2026-12-05/)."""
+    value, base = quantile(scaled, pol.quantile), per.value
+    tol = min(pol.max_tolerance, max(pol.min_tolerance, pol.spread_factor * per.relative_spread))
+    ok = value >= base * (1 - tol)
+    if value > base * pol.refresh_ratio:
+        notices.append(f"throughput {value:,.0f} tok/s at the reference's machine speed is {value / base:.2f}x the "
+                       f"baseline's {base:,.0f}: refresh the baseline (record-baseline --throughput-only --force)")
+    what = "median" if pol.quantile == 0.5 else f"p{pol.quantile * 100:.0f}"
+    detail = (f"{what} {value:,.0f} tok/s over {len(scaled)} steady steps, each scaled to the reference machine's "
+              f"speed by the calibration sample taken before it, vs {base:,.0f} on {ref.device_model} "
+              f"({(value / base - 1) * 100:+.1f}%; floor -{tol * 100:.0f}%)")
+    return [make_check(THROUGHPUT, pol.metric, None, value, base, base * tol, ok, len(scaled), [], detail)]
 
 
 def memory_check(ctx: Context) -> list[Check]:

@@ -99,6 +99,16 @@ class MetricSeries(Record):
         "Statistical tier: each seed's mean over the last window steps.")
 
 
+class PerStepThroughput(Record):
+    """The seeds' throughput with each steady step's tokens/s scaled to the reference's machine speed by the
+    calibration sample taken just before that step (``perf/speed_index``, on accelerators): step * speed_index /
+    sample. Where a launch-bound run's host speeds up and slows down from step to step, this follows it."""
+
+    value: float = field("The policy's quantile of those scaled values over all runs' steady steps.", ge=0)
+    seed_values: list[float] = field("Per-run quantile of them.")
+    relative_spread: float = field("Std of the per-run values / their median.", ge=0)
+
+
 class ThroughputRef(Record):
     """One throughput reference, valid only for runs on this device model with this thread count."""
 
@@ -116,6 +126,11 @@ class ThroughputRef(Record):
         "How it was measured: true when its runs went one at a time on an accelerator no other process held "
         "(their manifests' calibration.device_processes all 0); absent when unknown (the CPU: see each run's "
         "cpu_load).")
+    per_step: PerStepThroughput | SkipJsonSchema[None] = optional(
+        "Present when scaling each step by its own calibration sample narrowed the seeds' spread (measured on "
+        "an H200 host: 13 % -> 5 %): a run with a sample before every steady step is then judged on that scale, "
+        "both ways (a faster moment raises the step's bar as a slower one lowers it). Absent: the run-level rule "
+        "(its median calibration only lowers the floor).")
 
 
 class BaselineRecipe(Record):

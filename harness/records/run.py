@@ -124,10 +124,14 @@ class Resume(Record):
     overrides: Overrides
 
 
+SPEED_METRIC = "perf/speed_index"  # an accelerator run's calibration sample taken just before each step
+
+
 class Calibration(Record):
     speed_index: float = field("The median of the samples: repetitions per second of the workload.", gt=0)
     samples: list[Annotated[float, Field(gt=0, description="Repetitions per second.")]] = field(
-        "At the start, every 10 steps (harness.core.device.CALIBRATE_EVERY) and at the end.", min_length=1)
+        "At the start, before every step on an accelerator (each also the step's perf/speed_index) or every 10 "
+        "steps on a CPU (harness.core.device.calibrate_every), and at the end.", min_length=1)
     workload: str = field("The fixed workload timed.", min_length=1)
     device_processes: Annotated[int, Field(ge=0)] | None = optional(
         "Other processes holding the accelerator when the run started (nvidia-smi); absent on the CPU or when "

@@ -27,9 +27,8 @@ from harness import __version__, numerics
 from harness.config.profiles import device_processes, probe_machine
 from harness.config.recipe import Resolved
 from harness.core.device import (
-    SPEED_METRIC,
-    calibrate_every,
     CALIBRATION_WORKLOAD,
+    calibrate_every,
     calibrated_speed,
     numerics_env,
     resolve_device,
@@ -50,6 +49,7 @@ from harness.errors import HarnessError
 from harness.jsonio import file_sha256
 from harness.records.base import dump, read
 from harness.records.baseline import ROLLOUTS_KEY, Baseline
+from harness.records.run import SPEED_METRIC
 from harness.run.checkpoint import Interrupted, clean_partial, load_checkpoint, save_checkpoint
 from harness.run.cpuload import StepLoad
 from harness.run.hooks import callbacks_from_env, parse_fault

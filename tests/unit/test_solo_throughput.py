@@ -15,7 +15,7 @@ import pytest
 
 from harness.config import profiles
 from harness.errors import HarnessError
-from harness.judge.baseline import refuse_shared_device, throughput_reference
+from harness.judge.baseline import DEFAULT_POLICY, refuse_shared_device, throughput_reference
 from harness.records.base import read
 from harness.records.run import Manifest
 from harness.run.environment import summary
@@ -41,7 +41,8 @@ def test_a_run_that_shared_the_device_gives_no_reference(tmp_path: Path) -> None
 @pytest.mark.parametrize("sharers,solo", [([0, 0], True), ([0, None], None)])
 def test_the_reference_says_how_it_was_measured(sharers: list[int | None], solo: bool | None) -> None:
     ms = [_manifest(s) for s in sharers]
-    ref = throughput_reference(summary(ms[0]), [1.0, 2.0], [1.5, 1.5], 0.5, ms[0].runtime.kind, ms)
+    seeds = [{"perf/throughput": {3: 1.0, 4: 2.0}}, {"perf/throughput": {3: 1.5, 4: 1.5}}]
+    ref = throughput_reference(summary(ms[0]), seeds, DEFAULT_POLICY.throughput, 4, ms[0].runtime.kind, ms)
     assert ref.solo is solo
 
 
