@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from harness.core.typed_recipe import Recipe, TextArch
+from harness.core.vision_cache import image_inputs
 from harness.errors import HarnessError
 from harness.jsonio import TENSOR_INDEX_KEYS, MiB, load_json_strict
 from harness.statefile import safetensors_index
@@ -317,7 +318,7 @@ def forward_logits(model: HFModel, *, input_ids: Tensor, attention_mask: Tensor,
     if cache is not None:
         kwargs[_cache_kwarg(model)] = cache
     if pixel_values is not None:
-        kwargs.update(pixel_values=pixel_values, image_grid_thw=image_grid_thw)
+        kwargs.update(image_inputs(model, pixel_values, image_grid_thw))  # the tower's metadata cached per layout
     if mm_token_type_ids is not None:
         kwargs["mm_token_type_ids"] = mm_token_type_ids
     out = model(**kwargs)
@@ -335,7 +336,7 @@ def forward_hidden(model: HFModel, *, input_ids: Tensor, attention_mask: Tensor,
     kwargs: dict[str, Any] = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos,
                                   use_cache=False)
     if pixel_values is not None:
-        kwargs.update(pixel_values=pixel_values, image_grid_thw=image_grid_thw)
+        kwargs.update(image_inputs(model, pixel_values, image_grid_thw))  # the tower's metadata cached per layout
     if mm_token_type_ids is not None:
         kwargs["mm_token_type_ids"] = mm_token_type_ids
     out = model.model(**kwargs)
