@@ -1,8 +1,9 @@
 """Session-wide test settings.
 
 One warm-start cache for the whole session (a fresh temporary directory, never the user's
-``~/.cache/harness``): the cache is keyed by everything that produced a warm start, so runs of the
-same recipe, seed and numerics share one instead of each training its own. Under pytest-xdist the
+``~/.cache/harness``; ``HARNESS_TEST_CACHE`` names one that the caller shares between sessions): the
+cache is keyed by everything that produced a warm start, so runs of the same recipe, seed and numerics
+share one instead of each training its own. Under pytest-xdist the
 workers share it too (entries are written atomically under random names, so concurrent writers of one
 key leave one valid entry).
 
@@ -37,4 +38,6 @@ def workers_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Cal
 
 @pytest.fixture(scope="session", autouse=True)
 def _shared_warm_start_cache(workers_dir: Callable[[str], Path]) -> None:
-    os.environ["HARNESS_CACHE"] = str(workers_dir("harness-cache"))
+    # HARNESS_TEST_CACHE: a directory the caller shares between pytest sessions (nox's integration passes)
+    shared = os.environ.get("HARNESS_TEST_CACHE")
+    os.environ["HARNESS_CACHE"] = shared or str(workers_dir("harness-cache"))
