@@ -10,8 +10,9 @@ helpers and handed to the tower as its documented precomputed inputs (``vision_u
 precomputed value given under its key). The tower output is then passed to the model as ``mm_encoder_outputs``:
 the same computation on the same values, bit for bit (``tests/unit/test_vision_cache.py``).
 
-A model whose forward takes no ``mm_encoder_outputs`` or whose tower lacks the attributes used here (another
-architecture or transformers release) is called as before.
+A model whose forward takes no ``mm_encoder_outputs``, whose tower lacks the attributes used here (another
+architecture or transformers release) or whose parameters are FSDP shards (gathered by the model's own forward
+only) is called as before.
 """
 
 from __future__ import annotations
@@ -44,7 +45,18 @@ def _tower(model: Any) -> Any | None:
         except ImportError:
             takes = False
         _TAKES_ENCODER_OUTPUTS[cls] = takes
-    return visual if _TAKES_ENCODER_OUTPUTS[cls] else None
+    if not _TAKES_ENCODER_OUTPUTS[cls] or _sharded(visual):
+        return None
+    return visual
+
+
+def _sharded(visual: Any) -> bool:
+    """Whether the tower's parameters are shards (FSDP2's DTensors): only the model's own forward gathers them (its
+    pre-forward hooks), so the tower is then not called on its own."""
+    from torch.distributed.tensor import DTensor
+
+    first = next(visual.parameters(), None)
+    return isinstance(first, DTensor)
 
 
 def _layout(visual: Any) -> tuple[Any, ...]:
