@@ -22,6 +22,9 @@ import json
 import os
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +44,7 @@ CACHE_LIMIT = 4096 * MiB  # a warm start is for models small enough to train it 
 
 if TYPE_CHECKING:
     from harness.core.trainer import GRPOTrainer
+    from harness.core.typed_recipe import WarmStart
 
 
 def cache_dir() -> Path:
@@ -161,12 +165,57 @@ def _demo_batch(tr: GRPOTrainer, rng: np.random.Generator, size: int) -> tuple[R
     return rb, prompts
 
 
+LOCK_WAIT_S = 1800.0  # longest wait for another process training the same warm start; then this one trains it too
+LOCK_POLL_S = 0.25
+
+
+@contextmanager
+def training_lock(directory: Path, key: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Held while this process looks for, trains and stores the cache entry ``key``: another run that needs the
+    same warm start at the same time (a run started beside it, a seed of ``record-baseline --jobs``, a test worker)
+    waits and then loads it, instead of training it too. An advisory lock (``fcntl.flock``) on ``<key>.lock``,
+    released by the system if its holder dies. Never a hang: after ``wait_s`` the waiter goes on and trains it
+    itself, and where no lock file can be made (a read-only cache) nothing is locked."""
+    import fcntl
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        deadline, told = time.monotonic() + wait_s, False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    sys.stderr.write(f"notice: another process has been training warm start {key} for over "
+                                     f"{wait_s:.0f} s: training it here too\n")
+                    break
+                if not told:
+                    sys.stderr.write(f"waiting for another process that trains the same warm start ({key})\n")
+                    told = True
+                time.sleep(LOCK_POLL_S)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def run_warm_start(tr: GRPOTrainer) -> dict[str, Any]:
-    """Train (or load from cache) the format-only seed checkpoint into ``tr.models.actor``."""
+    """Train (or load from cache) the format-only seed checkpoint into ``tr.models.actor`` (one process at a time
+    per cache entry: :func:`training_lock`)."""
     ws = tr.cfg.warm_start
     if not ws:
         return {}
     key = cache_key(tr)
+    with training_lock(cache_dir(), key):
+        return _load_or_train(tr, key, ws)
+
+
+def _load_or_train(tr: GRPOTrainer, key: str, ws: WarmStart) -> dict[str, Any]:
     path = cache_dir() / f"{key}.safetensors"
     model = tr.models.actor
     if path.exists() or path.with_suffix(".json").exists():

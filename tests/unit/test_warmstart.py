@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -177,4 +178,34 @@ def test_a_cache_write_that_fails_after_training_is_a_notice(tmp_path, monkeypat
     assert warmstart.run_warm_start(tr)["cached"] is False
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "the warm start was not cached" in err[0] and "No space left" in err[0]
-    assert sorted(p.name for p in (tmp_path / "cache" / "warm_start").iterdir()) == []
+    left = sorted(p.name for p in (tmp_path / "cache" / "warm_start").iterdir())
+    assert [n for n in left if not n.endswith(".lock")] == []  # no partial entry (the empty lock file stays)
+
+
+def test_a_second_process_waits_for_the_warm_start_being_trained_and_never_hangs(tmp_path, capsys):
+    """The training lock: held by another open (another process), a waiter gets it once it is released; held for
+    longer than the wait, the waiter goes on with a notice; a directory that cannot hold a lock locks nothing."""
+    import fcntl
+    import threading
+    import time
+
+    from harness.core.warmstart import training_lock
+
+    other = os.open(tmp_path / "k.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    threading.Timer(0.4, lambda: os.close(other)).start()  # the trainer finishes
+    t0 = time.monotonic()
+    with training_lock(tmp_path, "k", wait_s=30):
+        waited = time.monotonic() - t0
+    assert 0.3 < waited < 10 and "waiting for another process that trains the same warm start (k)" in \
+        capsys.readouterr().err
+    stuck = os.open(tmp_path / "k.lock", os.O_RDWR)
+    fcntl.flock(stuck, fcntl.LOCK_EX)
+    t0 = time.monotonic()
+    with training_lock(tmp_path, "k", wait_s=0.3):
+        waited = time.monotonic() - t0
+    os.close(stuck)
+    assert 0.3 <= waited < 10 and "training it here too" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    with training_lock(tmp_path / "file" / "sub", "k"):  # cannot be made (a file is in the way): no lock, no error
+        pass
