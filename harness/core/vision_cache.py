@@ -26,8 +26,6 @@ _CACHE: dict[tuple[tuple[Any, ...], str, tuple[tuple[int, ...], ...]], dict[str,
 _CACHE_LIMIT = 256  # layouts kept (a run has a few; a cap keeps an unusual run's memory bounded)
 _TOWER_ATTRS = ("num_grid_per_side", "interpolation_mode", "interpolation_align_corners", "spatial_merge_size",
                 "config")
-
-
 _TAKES_ENCODER_OUTPUTS: dict[type, bool] = {}
 
 
@@ -97,8 +95,7 @@ def metadata(visual: Any, grid: Tensor) -> dict[str, Any]:
 def image_inputs(model: Any, pixel_values: Tensor, image_grid_thw: Tensor | None) -> dict[str, Any]:
     """The keyword arguments that give ``model`` its images: the tower's output as ``mm_encoder_outputs`` (its
     metadata from the cache) where the model takes it, else ``pixel_values`` and ``image_grid_thw`` as they are."""
-    visual = _tower(model) if image_grid_thw is not None else None
-    if visual is None or image_grid_thw is None:
+    if image_grid_thw is None or (visual := _tower(model)) is None:
         return {"pixel_values": pixel_values, "image_grid_thw": image_grid_thw}
     out = model.model.get_image_features(pixel_values, image_grid_thw, return_dict=True,
                                          **metadata(visual, image_grid_thw))

@@ -147,17 +147,20 @@ def throughput_reference(env: Environment, all_series: list[dict[str, Series]], 
     sampled its speed before each step (accelerators) and scaling each step by its own sample narrows the seeds'
     spread, the reference on that scale is kept too (``per_step``; :func:`per_step_reference`).
     """
-    per_run = reference_speeds(all_series, policy, steps)
-    seed_values = [quantile(v, policy.quantile) for v in per_run if v]
+    value, seed_values, spread = _pooled([v for v in reference_speeds(all_series, policy, steps) if v], policy.quantile)
     speeds = [m.calibration.speed_index for m in manifests if m.calibration]
     speed = statistics.median(speeds) if speeds else None
     sharers = [m.calibration.device_processes if m.calibration else None for m in manifests]
-    spread = rel_spread(seed_values)
     return ThroughputRef(device_model=env.machine.device_model, threads=env.software.threads, runtime=runtime,
-                         value=quantile([v for vals in per_run for v in vals], policy.quantile),
-                         seed_values=seed_values, relative_spread=spread, recorded_utc=utc_now(), speed_index=speed,
-                         solo=None if None in sharers else not any(sharers),
+                         value=value, seed_values=seed_values, relative_spread=spread, recorded_utc=utc_now(),
+                         speed_index=speed, solo=None if None in sharers else not any(sharers),
                          per_step=per_step_reference(all_series, policy, speed, spread) if speed else None)
+
+
+def _pooled(per_run: list[list[float]], q: float) -> tuple[float, list[float], float]:
+    """(the quantile ``q`` over all runs' values, each run's, their relative spread)."""
+    seed_values = [quantile(v, q) for v in per_run]
+    return quantile([v for vals in per_run for v in vals], q), seed_values, rel_spread(seed_values)
 
 
 def per_step_reference(all_series: list[dict[str, Series]], policy: ThroughputPolicy, speed: float,
@@ -168,13 +171,10 @@ def per_step_reference(all_series: list[dict[str, Series]], policy: ThroughputPo
     scaled = [per_step_scaled(s, policy.metric, policy.warmup_steps, speed) for s in all_series]
     if len(scaled) < 2 or any(v is None for v in scaled):
         return None
-    per_run = [v for v in scaled if v is not None]
-    seed_values = [quantile(v, policy.quantile) for v in per_run]
-    spread = rel_spread(seed_values)
+    value, seed_values, spread = _pooled([v for v in scaled if v is not None], policy.quantile)
     if spread >= raw_spread:
         return None
-    return PerStepThroughput(value=quantile([v for vals in per_run for v in vals], policy.quantile),
-                             seed_values=seed_values, relative_spread=spread)
+    return PerStepThroughput(value=value, seed_values=seed_values, relative_spread=spread)
 
 
 def refuse_shared_device(manifests: list[Manifest], run_dirs: list[Path]) -> None:

@@ -430,6 +430,15 @@ def speed_scale(ctx: Context, ref: ThroughputRef) -> float | None:
     return ctx.run_speed / ref.speed_index
 
 
+def throughput_tolerance(pol: ThroughputPolicy, relative_spread: float) -> float:
+    """The floor's distance below the reference: the seeds' spread times the policy's factor, within its bounds."""
+    return min(pol.max_tolerance, max(pol.min_tolerance, pol.spread_factor * relative_spread))
+
+
+def quantile_name(q: float) -> str:
+    return "median" if q == 0.5 else f"p{q * 100:.0f}"
+
+
 def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
     pol = ctx.baseline.policy.throughput
     ref, why = throughput_reference(ctx.baseline, ctx.run_env)
@@ -460,7 +469,7 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
     # a slower calibration lowers the floor, a faster one never raises it (see MIN_SPEED_SCALE)
     relax = min(1.0, scale) if scale else 1.0
     base = ref_value * relax
-    tol = min(pol.max_tolerance, max(pol.min_tolerance, pol.spread_factor * ref.relative_spread))
+    tol = throughput_tolerance(pol, ref.relative_spread)
     ok = med >= base * (1 - tol)
     if not speed.judgeable:  # measured on a busy machine: above the floor even so is a pass; below says nothing
         if not ok:
@@ -470,10 +479,9 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
     if med > ref_value * pol.refresh_ratio:
         notices.append(f"throughput {med:,.0f} tok/s is {med / ref_value:.2f}x the baseline's {ref_value:,.0f}: "
                        "refresh the baseline (record-baseline --throughput-only --force)")
-    what = "median" if q == 0.5 else f"p{q * 100:.0f}"
     calib = (f"; this machine's calibrated speed {scale:.2f}x the reference's"
              + (f", so the reference is taken as {base:,.0f}" if relax < 1.0 else "") if scale else "")
-    detail = (f"{what} {med:,.0f} tok/s over {len(vals)} steady steps vs {ref_value:,.0f} on {ref.device_model}"
+    detail = (f"{quantile_name(q)} {med:,.0f} tok/s over {len(vals)} steady steps vs {ref_value:,.0f} on {ref.device_model}"
               f"{calib} ({(med / base - 1) * 100:+.1f}%; floor -{tol * 100:.0f}%)")
     return [make_check(THROUGHPUT, pol.metric, None, med, base, base * tol, ok, len(vals), [], detail)]
 
@@ -485,13 +493,12 @@ def per_step_check(pol: ThroughputPolicy, ref: ThroughputRef, per: PerStepThroug
     the seeds showed that the samples follow a launch-bound run's host (``per_step`` recorded), this separates
     the host's moment-to-moment speed from the code's (measured on an H200 host: bench/results/throughput-per-step-h200-2026-12-05/)."""
     value, base = quantile(scaled, pol.quantile), per.value
-    tol = min(pol.max_tolerance, max(pol.min_tolerance, pol.spread_factor * per.relative_spread))
+    tol = throughput_tolerance(pol, per.relative_spread)
     ok = value >= base * (1 - tol)
     if value > base * pol.refresh_ratio:
         notices.append(f"throughput {value:,.0f} tok/s at the reference's machine speed is {value / base:.2f}x the "
                        f"baseline's {base:,.0f}: refresh the baseline (record-baseline --throughput-only --force)")
-    what = "median" if pol.quantile == 0.5 else f"p{pol.quantile * 100:.0f}"
-    detail = (f"{what} {value:,.0f} tok/s over {len(scaled)} steady steps, each scaled to the reference machine's "
+    detail = (f"{quantile_name(pol.quantile)} {value:,.0f} tok/s over {len(scaled)} steady steps, each scaled to the reference machine's "
               f"speed by the calibration sample taken before it, vs {base:,.0f} on {ref.device_model} "
               f"({(value / base - 1) * 100:+.1f}%; floor -{tol * 100:.0f}%)")
     return [make_check(THROUGHPUT, pol.metric, None, value, base, base * tol, ok, len(scaled), [], detail)]
