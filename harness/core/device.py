@@ -133,12 +133,24 @@ def peak_memory_gb(device: torch.device) -> float:
     return _host_peak_gb()
 
 
+def _deterministic_algorithms() -> None:
+    """``torch.use_deterministic_algorithms(True)`` without importing TorchInductor when nothing has yet: the
+    public call imports it (1.4 s of a 20 s CPU run on two cores) only to set its ``deterministic`` option, which
+    TorchInductor reads from ``TORCHINDUCTOR_DETERMINISTIC`` when it is first imported. So: that variable, then
+    the same switch the public call sets."""
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True)
+        return
+    os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1"
+    torch._C._set_deterministic_algorithms(True, warn_only=False)
+
+
 def set_determinism(seed: int, deterministic: bool) -> None:
     """Seed every RNG; with ``deterministic`` also force deterministic kernels and collectives."""
     if deterministic:
         for key, value in DETERMINISTIC_ENV.items():
             os.environ.setdefault(key, value)
-        torch.use_deterministic_algorithms(True)
+        _deterministic_algorithms()
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
         torch.backends.cuda.matmul.allow_tf32 = False
