@@ -189,12 +189,14 @@ def _numeric_rows(run_dir: Path) -> list[dict]:
 
 
 def test_recipe_in_docker_matches_the_local_run_bitwise(image_id, tmp_path):
-    """The same recipe run locally and inside the sealed image: every metric equal to the bit."""
+    """The same recipe run locally and inside the sealed image: every metric equal to the bit. The local run takes
+    its warm start from the session's cache (trained once for the suite); the container, which sees no cache,
+    trains its own: equal metrics also say the cached warm start is the one training gives."""
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root), "HARNESS_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "PYTHONPATH": str(root)}  # HARNESS_CACHE: the session's (tests/conftest.py)
     outs = {}
     for runtime in ("local", "docker"):
         outs[runtime] = tmp_path / runtime
