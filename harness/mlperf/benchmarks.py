@@ -93,6 +93,8 @@ def _references(paths: list[Path]) -> dict[str, Reference]:
     """benchmark -> its :class:`Reference` among ``paths`` (the first of them that names it)."""
     out: dict[str, Reference] = {}
     for path in paths:
+        if _named(path) in out:  # an earlier baseline names it: this one is not read (a schema check each)
+            continue
         baseline = read(path, Baseline, "baseline")  # what harness.judge.baseline.load_baseline reads
         name = benchmark_name(baseline.recipe.name, baseline.scale)
         if name in out:
@@ -109,6 +111,20 @@ def _references(paths: list[Path]) -> dict[str, Reference]:
         out[name] = Reference(baseline.recipe.name, baseline.scale, baseline.profile,
                               path.relative_to(ROOT).as_posix(), target)
     return out
+
+
+def _named(path: Path) -> str | None:
+    """The benchmark a baseline file names, from its raw JSON (None where that cannot be told: the file is then
+    read, and refused, as a record)."""
+    from harness.errors import HarnessError
+    from harness.jsonio import load_json_strict
+
+    try:
+        doc = load_json_strict(path)
+        recipe, scale = doc["recipe"]["name"], doc["scale"]
+    except (HarnessError, KeyError, TypeError):
+        return None
+    return benchmark_name(recipe, scale) if isinstance(recipe, str) and isinstance(scale, str) else None
 
 
 @lru_cache(maxsize=None)

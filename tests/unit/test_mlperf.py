@@ -178,3 +178,24 @@ def test_every_benchmark_has_a_target(bench: str) -> None:
     assert f"'target_accuracy': {ref.target!r}" in (R.RULES_DIR / f"closed_{bench}.yaml").read_text()
     # a run reads only its own recipe's baselines for its target: the same one
     assert R.convergence_target(ref.recipe, ref.scale) == ref.target
+
+
+def test_a_benchmark_is_read_from_its_first_baseline_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later baseline naming a benchmark an earlier one named is not read (each read is a schema check); one
+    naming another benchmark, or one whose name cannot be told, is read and refused as a record."""
+    from harness.mlperf import benchmarks
+    from harness.mlperf.benchmarks import _references
+    from harness.schema import SchemaErrors
+
+    monkeypatch.setattr(benchmarks, "ROOT", tmp_path)  # a reference names its file relative to the root
+    good = json.loads((ROOT / "baselines/qwen3_1_7b/cpu-smoke.json").read_text())
+    first, same, other = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    first.write_text(json.dumps(good))
+    same.write_text(json.dumps({**good, "metrics": "not metrics"}))  # fails its schema: never read
+    other.write_text(json.dumps({**good, "scale": "reduced", "metrics": "not metrics"}))
+    refs = _references([first, same])
+    assert list(refs) == ["grpo_qwen3_1_7b_smoke"] and refs["grpo_qwen3_1_7b_smoke"].baseline == "a.json"
+    with pytest.raises(SchemaErrors):
+        _references([same, first])
+    with pytest.raises(SchemaErrors):
+        _references([first, other])
