@@ -33,7 +33,7 @@ from harness.judge.baseline import (
     throughput_reference,
     write_baseline,
 )
-from harness.judge.tiers import REPLAY
+from harness.judge.tiers import REPLAY, same_speed_kind
 from harness.records.base import dump, read
 from harness.records.baseline import ROLLOUTS_KEY, Baseline, Policy, ThroughputRef
 from harness.records.run import Manifest
@@ -193,10 +193,14 @@ def record_throughput(recipe: str, profile: str, scale: str, *, runs: int, steps
     ref = throughput_reference(summary(manifests[0]), [load_series(d) for d in dirs], pol, steps or doc.steps,
                                manifests[0].runtime.kind, manifests)
     refs = doc.throughput.references
-    same = [r for r in refs if (r.device_model, r.threads) == (ref.device_model, ref.threads)]
+    # one reference per device model, thread count and kind of host speed: a host whose calibration is of another
+    # kind (tiers.same_speed_kind; a slow H200 host beside a fast one) adds its own beside the other's
+    same = [r for r in refs if (r.device_model, r.threads) == (ref.device_model, ref.threads)
+            and same_speed_kind(r.speed_index, ref.speed_index)]
     if same and not force:
         raise HarnessError(f"the baseline already has a throughput reference for {ref.device_model} "
-                           f"({ref.threads} threads)", file=str(out), fix="pass --force to replace it")
+                           f"({ref.threads} threads) on a host of this speed", file=str(out),
+                           fix="pass --force to replace it")
     raw = load_json_strict(out)  # the file as it is, only its references replaced
     raw["throughput"]["references"] = [dump(r) for r in refs if r not in same] + [dump(ref)]
     write_baseline(out, raw)

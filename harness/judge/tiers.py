@@ -395,18 +395,30 @@ def _median_of_runs(values: list[float | None], direction: str) -> float | None:
     return m if math.isfinite(m) else None
 
 
-def throughput_reference(baseline: Baseline, run_env: Environment | None) -> tuple[ThroughputRef | None, str]:
-    """The throughput reference recorded on this device model with this thread count, or why none fits."""
+def throughput_reference(baseline: Baseline, run_env: Environment | None,
+                         run_speed: float | None = None) -> tuple[ThroughputRef | None, str]:
+    """The throughput reference recorded on this device model with this thread count, or why none fits. Where
+    hosts of one device model ran at speeds of different kinds (:func:`same_speed_kind`: a slow H200 host beside a
+    fast one), the baseline holds one reference per kind and the run takes the one whose calibration is nearest
+    its own (``run_speed``)."""
     refs = baseline.throughput.references
     if run_env is None:
         return (refs[0] if refs else None), ""
     model, threads = run_env.machine.device_model, run_env.software.threads
-    for ref in refs:
-        if ref.device_model == model and ref.threads == threads:
-            return ref, ""
+    fits = [ref for ref in refs if ref.device_model == model and ref.threads == threads]
+    if fits:
+        if run_speed and len(fits) > 1:
+            return min(fits, key=lambda r: abs(math.log(run_speed / r.speed_index)) if r.speed_index else math.inf), ""
+        return fits[0], ""
     have = "; ".join(f"{r.device_model} ({r.threads} threads)" for r in refs) or "none recorded"
     return None, (f"throughput not comparable: {model} ({threads} threads) vs {have} — add this machine's with "
                   "`harness record-baseline … --throughput-only`")
+
+
+def same_speed_kind(a: float | None, b: float | None) -> bool:
+    """Whether two calibrations (speed indices) are of one kind of machine: within :data:`MIN_SPEED_SCALE` of each
+    other either way (unknown counts as the same: nothing tells them apart)."""
+    return not (a and b) or MIN_SPEED_SCALE <= a / b <= 1 / MIN_SPEED_SCALE
 
 
 # The model string does not pin a virtual machine's speed (baselines/README.md: "AMD EPYC" measured 9.8k and 7.4k
@@ -441,7 +453,7 @@ def quantile_name(q: float) -> str:
 
 def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
     pol = ctx.baseline.policy.throughput
-    ref, why = throughput_reference(ctx.baseline, ctx.run_env)
+    ref, why = throughput_reference(ctx.baseline, ctx.run_env, ctx.run_speed)
     if ref is None:
         notices.append(why)
         return []
