@@ -199,3 +199,30 @@ def test_a_router_on_fake_data_gets_balanced_real_indices() -> None:
         assert idx.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7], [0, 1], [2, 3]]
         hit = torch.nn.functional.one_hot(idx, 8).sum(dim=(0, 1)).nonzero()  # the eager experts' loop runs
         assert hit.numel() == 8
+
+
+def test_the_tracker_finds_what_tree_flatten_finds_and_keeps_nothing_alive() -> None:
+    """An op's tensors are walked directly (not with ``tree_flatten``): the same tensors in the same order, and no
+    reference cycle holding them: with the garbage collector off, a tensor dies as soon as its last user lets go
+    (a walk that kept them in a cycle moved every free of a full-scale plan and changed its peaks)."""
+    import gc
+    import weakref
+    from collections import OrderedDict
+
+    from torch.utils._pytree import tree_flatten
+
+    from harness.plan.tracker import _tensors
+
+    a, b, c, d = (torch.zeros(1) for _ in range(4))
+    args = ([a, (b, 3, "x")], {"k": c, "j": [None, d]}, OrderedDict(z=a), torch.return_types.topk((b, c)))
+    assert [id(t) for t in _tensors(args)] == [id(t) for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor)]
+    gc.disable()
+    try:
+        t = torch.zeros(1)
+        ref = weakref.ref(t)
+        found = _tensors(([t], {"x": t}))
+        assert len(found) == 2
+        del t, found
+        assert ref() is None, "a tensor outlived its last reference"
+    finally:
+        gc.enable()
