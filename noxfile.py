@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import nox
 
@@ -36,16 +37,15 @@ def _install_once(session: nox.Session, *installs: tuple[str, ...]) -> None:
     session). Code changes need no re-install (editable); ``rm -rf .nox`` forces one."""
     location = getattr(session.virtualenv, "location", None)
     stamp = os.path.join(location, ".harness-install") if location else None
-    digest = hashlib.sha256(b"".join(open(f, "rb").read() for f in ("constraints.txt", "pyproject.toml"))
+    digest = hashlib.sha256(b"".join(Path(f).read_bytes() for f in ("constraints.txt", "pyproject.toml"))
                             + repr(installs).encode()).hexdigest()
-    if stamp and os.path.isfile(stamp) and open(stamp).read() == digest:
+    if stamp and os.path.isfile(stamp) and Path(stamp).read_text() == digest:
         return
     for args in installs:
         session.install(*args)
     config = getattr(getattr(session, "_runner", None), "global_config", None)
     if stamp and not getattr(config, "no_install", False):  # under `nox -R` nothing was installed
-        with open(stamp, "w") as fh:
-            fh.write(digest)
+        Path(stamp).write_text(digest)
 
 
 def _harness(session: nox.Session, *args: str, usage: str | None = None) -> None:

@@ -13,6 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
+from harness.jsonio import load_json_strict
 from harness.paths import ROOT
 from harness.records.base import read
 from harness.records.baseline import Baseline
@@ -97,8 +99,6 @@ def _references(paths: list[Path]) -> dict[str, Reference]:
             continue
         baseline = read(path, Baseline, "baseline")  # what harness.judge.baseline.load_baseline reads
         name = benchmark_name(baseline.recipe.name, baseline.scale)
-        if name in out:
-            continue
         finals: list[Any] = []  # a null last noise value fails the median, as it always did
         for key, m in baseline.metrics.items():
             if key.startswith(EVAL_PREFIX) and key.endswith(EVAL_SUFFIX):
@@ -116,9 +116,6 @@ def _references(paths: list[Path]) -> dict[str, Reference]:
 def _named(path: Path) -> str | None:
     """The benchmark a baseline file names, from its raw JSON (None where that cannot be told: the file is then
     read, and refused, as a record)."""
-    from harness.errors import HarnessError
-    from harness.jsonio import load_json_strict
-
     try:
         doc = load_json_strict(path)
         recipe, scale = doc["recipe"]["name"], doc["scale"]
