@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from harness import __version__, numerics
 from harness.errors import EXIT_USAGE, HarnessError, os_error
+from harness.run.runtime.child import follow_parent
 
 # command name -> module under harness.commands (kept in the order `--help` lists them)
 COMMANDS: dict[str, str] = {
@@ -70,6 +71,7 @@ def build_parser(available: dict[str, str] | None = None) -> argparse.ArgumentPa
 
 def main(argv: Sequence[str] | None = None) -> int:
     numerics.apply_env()  # before anything imports torch: the libraries read it when they initialise
+    follow_parent()  # a run that record-baseline, the gate or ckpt-resume started stops when they die
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_execute", None):

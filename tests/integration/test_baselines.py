@@ -411,3 +411,8 @@ def test_kill_9_during_record_baseline_leaves_no_baseline(work: Path) -> None:
                            "--out", str(out), "--runs-dir", str(work / "killed-rb"), "--quiet"],
                     work / "killed-rb" / "seed-42" / "metrics.jsonl")
     assert not out.parent.exists() or not any(out.parent.iterdir())
+    # and its seed's run, a child process, does not train on unseen: it stops after the step, interrupted
+    manifest, deadline = work / "killed-rb" / "seed-42" / "manifest.json", time.monotonic() + 120
+    while (status := load_json_strict(manifest)["status"]) == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert status == "interrupted"
