@@ -53,20 +53,31 @@ def _metrics(run_dir: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+_ONE: dict[tuple[str, int | None], Path] = {}  # (loss aggregation, mini-batch) -> its 1-process run
+
+
+def _one_process(recipe: Path, out: Path, agg_mode: str, mini: int | None) -> Path:
+    """The 1-process run of this loss aggregation and mini-batch, made once for every world size compared with it."""
+    if (agg_mode, mini) not in _ONE:
+        one = _run(recipe, out, "--runtime", "local")
+        assert one.returncode == 0, one.stderr[-2000:]
+        _ONE[agg_mode, mini] = out
+    return _ONE[agg_mode, mini]
+
+
 @pytest.mark.parametrize(("agg_mode", "nproc", "mini"), [
-    ("token-mean", 2, None),
-    ("seq-mean-token-mean", 2, None),
-    # 4 prompts x 8 responses per mini-batch on 8 ranks: each group's responses span two ranks (verl's rule,
-    # mini x n a multiple of the world), so the advantages gather every rank's scores
+    # 4 prompts x 8 responses per mini-batch: on 2 ranks each holds whole groups; on 8 each group's responses span
+    # two ranks (verl's rule, mini x n a multiple of the world), so the advantages gather every rank's scores
+    ("token-mean", 2, 4),
     ("token-mean", 8, 4),
+    ("seq-mean-token-mean", 2, None),  # the recipe's own mini-batch
 ])
 def test_processes_match_one(tmp_path: Path, agg_mode: str, nproc: int, mini: int | None) -> None:
     recipe = _recipe(tmp_path, f"dp_{agg_mode.replace('-', '_')}_{nproc}", agg_mode, mini=mini)
-    one = _run(recipe, tmp_path / "one", "--runtime", "local")
-    assert one.returncode == 0, one.stderr[-2000:]
+    one = _one_process(recipe, tmp_path / "one", agg_mode, mini)
     two = _run(recipe, tmp_path / "two", "--runtime", "torchrun", "--nproc-per-node", str(nproc))
     assert two.returncode == 0, two.stderr[-2000:]
-    a, b = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    a, b = _metrics(one), _metrics(tmp_path / "two")
     assert [r["step"] for r in a] == [r["step"] for r in b]
     worst = 0.0
     for ra, rb in zip(a, b):

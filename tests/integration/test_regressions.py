@@ -4,10 +4,11 @@ trainer's log is judged.
 
 Budget: three mutation runs of STEPS steps (lr x 100, KL coefficient 0, flipped advantage sign; the 30 % slowdown
 is test_throughput_verdict.py's, which needs the machine to itself), two statistical verdicts of 3 steps (another
-seed with a candidate run; the same seed with KL coefficient 0), each with its 10-step replay probe, and one clean
-run of STEPS steps rewritten as verl's log (the lr x 100 log is the mutation run's). The runs compare with the
-baseline's first STEPS steps. The other seed is 1000042: the seed of the first candidate the gate trains for a run
-of seed 42 (test_gate_junit.py), its own candidate the gate's second, so the session trains their warm starts once.
+seed with a candidate run; the same seed with KL coefficient 0), each with its 10-step replay probe. The verl logs
+are those of the lr x 100 mutation run and of the README main command's run (the session's, shared with
+test_committed_baselines.py), cut at STEPS steps. The runs compare with the baseline's first STEPS steps. The other
+seed is 1000042: the seed of the first candidate the gate trains for a run of seed 42 (test_gate_junit.py), its own
+candidate the gate's second, so the session trains their warm starts once.
 """
 
 from __future__ import annotations
@@ -136,30 +137,28 @@ def as_verl_log(run_dir: Path, path: Path) -> Path:
     return path
 
 
-def _verl_log(work: Path, run_dir: Path, name: str) -> Path:
-    status = load_json_strict(run_dir / "manifest.json")["status"]
-    assert status == "complete"  # the lr x 100 run finishes (its own verdict FAILs)
-    return as_verl_log(run_dir, work / f"{name}.jsonl")
+def test_lr_x100_runs_verl_log_fails(work: Path, judged: JudgedRuns, tmp_path: Path) -> None:
+    judged("lr-x100", LR_X100)  # the mutation test's run (made here if this test runs alone)
+    assert load_json_strict(judged.dir("lr-x100") / "manifest.json")["status"] == "complete"  # its verdict FAILs
+    log = as_verl_log(judged.dir("lr-x100"), work / "lr100.jsonl")
+    proc = harness(tmp_path, "compare", "--log", f"verl:{log}", *TARGET, "--no-report")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("FAIL") and "critic/score/mean" in proc.stdout
+    assert "BEYOND the seeds' spread" in proc.stdout  # the cross-check names where it differs
 
 
-def test_a_clean_runs_verl_log_passes(work: Path, tmp_path: Path) -> None:
-    run = work / "runs" / "clean"
-    proc = harness(work, "run", RECIPE, "--profile", "cpu", "--steps", str(STEPS), "--out", str(run), "--runtime",
-                   "local", "--no-report", "--candidates", "1", "--no-replay-probe")
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    log = _verl_log(work, run, "clean")
+def test_a_clean_runs_verl_log_passes(work: Path, smoke_run: Any, tmp_path: Path) -> None:
+    """The README main command's run (tests/integration/conftest.py: made once per session, test_committed_baselines.py
+    judges it) logged by verl up to step STEPS, as a run still in progress would be. Last in this file: the other
+    worker has most likely made that run by now."""
+    _, run = smoke_run(RECIPE, None)
+    full = as_verl_log(run, work / "clean-all.jsonl")
+    log = work / "clean.jsonl"
+    log.write_text("".join(line + "\n" for line in full.read_text(encoding="utf-8").splitlines()
+                           if json.loads(line)["step"] <= STEPS), encoding="utf-8")
     proc = harness(tmp_path, "compare", "--log", f"verl:{log}", *TARGET, "--out", str(tmp_path / "v"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("PASS") and "tier=statistical" in proc.stdout
     assert "throughput not comparable" in proc.stderr  # the cpu profile names no CPU model
     verdict: dict[str, Any] = load_json_strict(tmp_path / "v" / "verdict.json")
     assert verdict["baseline"]["steps_compared"] == STEPS and verdict["logs"][0]["steps"] == STEPS
-
-
-def test_lr_x100_runs_verl_log_fails(work: Path, judged: JudgedRuns, tmp_path: Path) -> None:
-    judged("lr-x100", LR_X100)  # the mutation test's run (made here if this test runs alone)
-    log = _verl_log(work, judged.dir("lr-x100"), "lr100")
-    proc = harness(tmp_path, "compare", "--log", f"verl:{log}", *TARGET, "--no-report")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("FAIL") and "critic/score/mean" in proc.stdout
-    assert "BEYOND the seeds' spread" in proc.stdout  # the cross-check names where it differs

@@ -3,8 +3,9 @@
 The child imports this checkout's package (its root goes first on PYTHONPATH), so a run made this
 way is the same code as the command that made it, installed or not. It does not outlive its parent: a
 ``record-baseline`` or ``gate`` killed with SIGKILL (which it cannot forward) would otherwise leave its run training
-on, unseen, for the rest of its steps. The child asks Linux for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``),
-so it stops after the step like any interrupted run.
+on, unseen, for the rest of its steps. The child asks Linux for a SIGHUP when its parent dies (``PR_SET_PDEATHSIG``):
+its output then goes to /dev/null (the pipes its parent read are gone: a write would fail the run with a broken
+pipe) and it stops as on SIGTERM, after the step, with a checkpoint and the status ``interrupted``.
 """
 
 from __future__ import annotations
@@ -33,16 +34,30 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def follow_parent() -> None:
-    """In a child that :func:`harness_run` started: SIGTERM this process when its parent dies; exit at once if the
-    parent is already gone. The variable is removed, so this process's own children (torchrun's ranks) do not
-    mistake their parent for it. Elsewhere than Linux nothing is armed (the child then outlives a killed parent)."""
+    """In a child that :func:`harness_run` started: stop this process when its parent dies (:func:`_orphaned`);
+    exit at once if the parent is already gone. The variable is removed, so this process's own children (torchrun's
+    ranks) do not mistake their parent for it. Elsewhere than Linux nothing is armed (the child then outlives a
+    killed parent)."""
     parent = os.environ.pop(PARENT_PID, None)
     if not parent or not sys.platform.startswith("linux"):
         return
+    old = signal.signal(signal.SIGHUP, _orphaned)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0
+        armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0) == 0
     except (OSError, AttributeError):
         armed = False
-    if armed and str(os.getppid()) != parent:  # the parent died before the signal was armed
+    if not armed:
+        signal.signal(signal.SIGHUP, old)
+    elif str(os.getppid()) != parent:  # the parent died before the signal was armed
         raise SystemExit(128 + signal.SIGTERM)
+
+
+def _orphaned(signum: int, frame: Any) -> None:
+    """The parent died: the pipes it read are gone, so stdout and stderr go to /dev/null from now on, and the run
+    stops as it does on SIGTERM."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    signal.raise_signal(signal.SIGTERM)
