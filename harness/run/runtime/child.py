@@ -5,7 +5,9 @@ way is the same code as the command that made it, installed or not. It does not 
 ``record-baseline`` or ``gate`` killed with SIGKILL (which it cannot forward) would otherwise leave its run training
 on, unseen, for the rest of its steps. The child asks Linux for a SIGHUP when its parent dies (``PR_SET_PDEATHSIG``):
 its output then goes to /dev/null (the pipes its parent read are gone: a write would fail the run with a broken
-pipe) and it stops as on SIGTERM, after the step, with a checkpoint and the status ``interrupted``.
+pipe) and it stops as on SIGTERM, after the step, with a checkpoint and the status ``interrupted``. (Linux sends it
+when the *thread* that started the child ends: :func:`harness_run` waits for the child in that thread, whether the
+main thread or one of record-baseline's ``--jobs``.)
 """
 
 from __future__ import annotations
