@@ -13,6 +13,7 @@ candidate the gate's second, so the session trains their warm starts once.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,14 @@ pytestmark = pytest.mark.integration
 BASELINE = ROOT / "baselines" / RECIPE / "cpu-smoke.json"
 STEPS = 12
 OTHER_SEED = 1_000_042
-LR = resolve(RECIPE, "cpu", "smoke").config["actor_rollout_ref"]["actor"]["optim"]["lr"]
-LR_X100 = f"actor_rollout_ref.actor.optim.lr={LR * 100!r}"
+
+
+@functools.cache
+def lr_x100() -> tuple[float, str]:
+    """The recipe's smoke learning rate x 100 and its --set (resolved when a test first needs it, not at
+    collection in every worker)."""
+    lr = resolve(RECIPE, "cpu", "smoke").config["actor_rollout_ref"]["actor"]["optim"]["lr"] * 100
+    return lr, f"actor_rollout_ref.actor.optim.lr={lr!r}"
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +51,11 @@ def judged(work: Path) -> JudgedRuns:
 
 # ----------------------------------------------------------------------------- mutations must fail
 def test_learning_rate_x100_fails(judged: JudgedRuns) -> None:
-    code, out, v = judged("lr-x100", LR_X100)
+    lr, setting = lr_x100()
+    code, out, v = judged("lr-x100", setting)
     assert code == 1 and v["status"] == "fail", out[-3000:]
-    assert v["tier"] == "exact" and LR_X100 in v["tier_reason"]
-    assert v["overrides"] == [{"key": "actor_rollout_ref.actor.optim.lr", "value": LR * 100}]
+    assert v["tier"] == "exact" and setting in v["tier_reason"]
+    assert v["overrides"] == [{"key": "actor_rollout_ref.actor.optim.lr", "value": lr}]
     assert "actor/lr" in failed(v, "exact") and "actor/lr" in failed(v, "band")
     assert failed(v, "band") - {"actor/lr"}, "the training curves themselves must leave the band"
 
@@ -138,7 +146,7 @@ def as_verl_log(run_dir: Path, path: Path) -> Path:
 
 
 def test_lr_x100_runs_verl_log_fails(work: Path, judged: JudgedRuns, tmp_path: Path) -> None:
-    judged("lr-x100", LR_X100)  # the mutation test's run (made here if this test runs alone)
+    judged("lr-x100", lr_x100()[1])  # the mutation test's run (made here if this test runs alone)
     assert load_json_strict(judged.dir("lr-x100") / "manifest.json")["status"] == "complete"  # its verdict FAILs
     log = as_verl_log(judged.dir("lr-x100"), work / "lr100.jsonl")
     proc = harness(tmp_path, "compare", "--log", f"verl:{log}", *TARGET, "--no-report")

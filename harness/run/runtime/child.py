@@ -21,6 +21,9 @@ from typing import Any
 
 from harness.paths import ROOT
 
+PARENT_PID = "HARNESS_PARENT_PID"  # set by harness_run for its child, read (and removed) by follow_parent
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
 
 def harness_run(args: list[str], *, env: dict[str, str] | None = None, **kwargs: Any
                 ) -> subprocess.CompletedProcess[str]:
@@ -29,10 +32,6 @@ def harness_run(args: list[str], *, env: dict[str, str] | None = None, **kwargs:
                 PARENT_PID: str(os.getpid()), **(env or {})}
     return subprocess.run([sys.executable, "-m", "harness", "run", *args], env=full_env, text=True, check=False,
                           **kwargs)
-
-
-PARENT_PID = "HARNESS_PARENT_PID"  # set by harness_run for its child, read (and removed) by follow_parent
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def follow_parent() -> None:
