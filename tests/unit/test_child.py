@@ -87,3 +87,5 @@ def test_a_parent_already_gone_stops_the_child_at_once() -> None:
     proc = subprocess.run([sys.executable, "-c", "from harness.run.runtime.child import follow_parent; "
                            "follow_parent(); print('ran on')"], capture_output=True, text=True, env=env)
     assert proc.returncode == 128 + signal.SIGTERM and "ran on" not in proc.stdout
+    (line,) = proc.stderr.splitlines()  # one line naming the variable and the fix, no traceback
+    assert line.startswith(f"error: {PARENT_PID}:") and "fix:" in line

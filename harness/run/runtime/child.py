@@ -51,6 +51,8 @@ def follow_parent() -> None:
     if not armed:
         signal.signal(signal.SIGHUP, old)
     elif str(os.getppid()) != parent:  # the parent died before the signal was armed
+        sys.stderr.write(f"error: {PARENT_PID}: the process that started this run (pid {parent}) has ended (fix: "
+                         f"start the run again; a run started by hand must not have {PARENT_PID} set)\n")
         raise SystemExit(128 + signal.SIGTERM)
 
 
