@@ -56,11 +56,13 @@ def test_the_same_draws_as_the_reference(vocab, dtype, temperature):
 def test_a_near_uniform_full_vocabulary_draws_the_float64_token():
     """W's vocabulary with a random model's near-uniform logits (each token ~7e-6 of the mass): the running sums
     in float64 draw exactly the tokens of the float64 inverse CDF (a float32 running sum misses some)."""
-    vocab, rows = 151936, 32  # with float32 running sums one of these 32 rows draws a neighbour
+    vocab, rows = 151936, 32
     g = torch.Generator().manual_seed(21)
     logits = torch.randn(rows, vocab, generator=g).to(torch.bfloat16)
     bias = torch.zeros(vocab)
     u = torch.rand(rows, generator=g)
+    # the first 8 rows (each costs ~0.3 s in Triton's interpreter): with float32 running sums row 5 draws a neighbour
+    logits, u = logits[:8], u[:8]
     tok, _ = fused_sample(logits, bias, u, 1.0)
     ref, _, _ = _reference(logits, bias, u, 1.0)
     assert torch.equal(tok, ref)
