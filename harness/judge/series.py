@@ -154,6 +154,20 @@ def per_step_scaled(series: dict[str, Series], metric: str, warmup: int, speed: 
     return [values[k] * speed / samples[k] for k in steps]
 
 
+def speed_correlation(series: dict[str, Series], metric: str, warmup: int) -> float | None:
+    """How closely each steady step's ``metric`` follows the calibration sample taken just before it (Pearson's r
+    over the steps that have both), or None with fewer than 3 such steps or a constant series."""
+    values, samples = series.get(metric, {}), series.get(SPEED_METRIC, {})
+    pairs = [(values[k], samples[k]) for k in sorted(values)
+             if k > warmup and math.isfinite(values[k]) and samples.get(k, 0.0) > 0.0]
+    if len(pairs) < 3:
+        return None
+    try:
+        return statistics.correlation([a for a, _ in pairs], [b for _, b in pairs])
+    except statistics.StatisticsError:  # a constant series: nothing to follow
+        return None
+
+
 def quantile(values: list[float], q: float) -> float:
     """Linear-interpolation quantile (numpy's default); q 0.5 is the median."""
     xs = sorted(values)

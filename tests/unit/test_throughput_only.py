@@ -1,6 +1,6 @@
 """``record-baseline --throughput-only``: this machine's throughput reference replaces the one of the same device model,
 thread count and kind of host speed (only with --force), the rest of the baseline file untouched, and it keeps the
-per-step scale when its runs sampled before every step and that narrowed their spread. A host of another speed
+per-step scale when its runs sampled before every step and their throughput followed the samples. A host of another speed
 (a slow H200 host beside the fast one that recorded the baseline) adds its own reference, and a run is judged against
 the one whose calibration is nearest its own. The seeded runs are the committed certified
 one-H200 runs of the recipe (their per-step samples made up here: the launch-bound case, a host whose speed moves)."""

@@ -39,8 +39,7 @@ def host_run(seed: int, *, level: float | None = None, follows: bool = True, cod
 def reference(seeds: list[dict[str, dict]]):
     """The throughput reference record-baseline keeps for these seeds (their calibration medians: manifests')."""
     speeds = [statistics.median(s[SPEED_METRIC].values()) for s in seeds]
-    raw = [B.quantile(B.steady(s["perf/throughput"], POLICY.warmup_steps), POLICY.quantile) for s in seeds]
-    return B.per_step_reference(seeds, POLICY, statistics.median(speeds), B.rel_spread(raw)), speeds
+    return B.per_step_reference(seeds, POLICY, statistics.median(speeds)), speeds
 
 
 def judge(run: dict[str, dict], seeds: list[dict[str, dict]]):
@@ -71,7 +70,7 @@ def test_a_device_bound_or_cpu_reference_keeps_the_run_level_rule():
     device_bound = [host_run(s, follows=False) for s in range(5)]
     assert reference(device_bound)[0] is None  # scaling by the samples would only add their noise
     cpu = [{"perf/throughput": s["perf/throughput"], SPEED_METRIC: {10: 1000.0, 20: 990.0}} for s in SEEDS]
-    assert B.per_step_reference(cpu, POLICY, SPEED, 1.0) is None  # a sample every 10 steps is not per step
+    assert B.per_step_reference(cpu, POLICY, SPEED) is None  # a sample every 10 steps is not per step
 
 
 def test_a_slow_stretch_of_the_host_passes_and_a_code_slowdown_fails_step_by_step():
@@ -94,3 +93,33 @@ def test_a_run_without_samples_before_every_step_is_judged_by_its_run_level_cali
     run[SPEED_METRIC] = {k: v for k, v in run[SPEED_METRIC].items() if k % 10 == 0}  # a CPU's cadence
     check, _ = judge(run, SEEDS)
     assert "each scaled" not in check.detail and "steady steps vs" in check.detail
+
+
+def test_a_reference_recorded_on_a_quiet_host_keeps_the_step_scale_for_a_busy_one():
+    """Five seeds recorded one after another on a quiet host: each step's tokens/s follows the host (0.8x to 1.2x of
+    the reference's speed) and its sample (with its own noise, ±15 %): correlation 0.69 to 0.89, as 0.46 to 0.84
+    on one H200. The seeds' p90s barely differ (1.6 %) and scaled they differ more (4.5 %; the samples' noise): the
+    scale is kept all the same, and a 30 % slower code on a host 25 % slower FAILs, an unchanged one PASSes (with
+    the scale dropped, as when the test was whether it narrowed the spread, the run-level rule let such
+    slowdowns through on a busy H200 host)."""
+    def quiet(seed: int) -> dict[str, dict]:
+        rng = random.Random(seed)
+        host = {k: rng.uniform(0.8, 1.2) for k in range(1, STEPS + 1)}
+        return {"perf/throughput": {k: 10_000.0 * h for k, h in host.items()},
+                SPEED_METRIC: {k: SPEED * h * rng.uniform(0.85, 1.15) for k, h in host.items()}}
+
+    seeds = [quiet(s) for s in range(65, 70)]
+    raw = B.rel_spread([B.quantile(B.steady(s["perf/throughput"], 2), 0.9) for s in seeds])
+    per, _ = reference(seeds)
+    assert per is not None and per.relative_spread > raw  # kept although the scale did not narrow the spread
+    for seed in range(30, 36):
+        assert not judge(host_run(seed, level=0.75, code=0.7), seeds)[0].passed
+        assert judge(host_run(seed, level=0.75), seeds)[0].passed
+
+
+def test_the_follow_test_is_the_correlation_of_steps_and_samples():
+    launch = host_run(1)
+    assert B.speed_correlation(launch, "perf/throughput", 2) > 0.9
+    device = host_run(1, follows=False)
+    assert abs(B.speed_correlation(device, "perf/throughput", 2)) < 0.5
+    assert B.speed_correlation({"perf/throughput": {3: 1.0, 4: 1.0}}, "perf/throughput", 2) is None  # no samples
