@@ -48,7 +48,7 @@ def test_every_profile_has_a_runnable_suite(profile: str) -> None:
         assert "estimate" in notes or "measured on" in notes or "derived from" in notes
 
 
-FLOORS = Path(__file__).resolve().parents[2] / "bench" / "results" / "floors-2026-12-05.json"
+FLOORS = Path(__file__).resolve().parents[2] / "bench" / "results" / "floors-2026-12-05-solo.json"
 
 
 @pytest.mark.parametrize("profile", ["npu-16x-ascend-a3", "gpu-8x-h200-141g", "gpu-8x-h100-80g", "gpu-2x-h200"])
