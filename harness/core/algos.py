@@ -43,15 +43,21 @@ Departures from verl (``verl/trainer/ppo/core_algos.py``) and the papers
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
-from typing import Protocol, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypedDict, TypeVar
 
 import numpy as np
-import torch
-from torch import Tensor
 from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
+from harness.lazyimport import lazy_import
 from harness.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+else:  # loaded when a function runs: reading the registries' names (harness validate) needs no torch
+    torch = lazy_import("torch")
 
 __all__ = [
     "ADV_ESTIMATORS", "ADV_ESTIMATOR_REGISTRY", "AGG_MODES", "KL_KINDS", "KL_REGISTRY",
@@ -106,7 +112,7 @@ class PolicyLossFn(Protocol):
     ) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
-KLFn = Callable[[Tensor, Tensor], Tensor]
+KLFn = Callable[["Tensor", "Tensor"], "Tensor"]
 """``(logp[B, T], ref_logp[B, T]) -> penalty[B, T]``, elementwise."""
 
 _F = TypeVar("_F")
@@ -119,6 +125,16 @@ KL_REGISTRY: Registry[KLFn] = Registry("KL penalty kind")  # actor.kl_loss_type 
 
 
 # --------------------------------------------------------------------------- registries
+def _no_grad(fn: _F) -> _F:
+    """``torch.no_grad()`` as a decorator, without loading torch when the module is imported."""
+    @functools.wraps(fn)  # type: ignore[arg-type]
+    def wrapper(*args: object, **kwargs: object) -> object:
+        with torch.no_grad():
+            return fn(*args, **kwargs)  # type: ignore[operator]
+
+    return wrapper  # type: ignore[return-value]
+
+
 def register_adv_estimator(name: str, *aliases: str) -> Callable[[_F], _F]:
     """Decorator: register an :class:`AdvEstimatorFn` under ``name`` (and ``aliases``)."""
     return ADV_ESTIMATOR_REGISTRY.register(name, *aliases)  # type: ignore[return-value]
@@ -231,7 +247,7 @@ def portable_sqrt(x: Tensor) -> Tensor:
 
 
 @register_adv_estimator("grpo")
-@torch.no_grad()
+@_no_grad
 def grpo_advantages(
     scores: Tensor,
     group_ids: Sequence[Hashable],
@@ -270,7 +286,7 @@ def grpo_advantages(
 
 
 @register_adv_estimator("rloo")
-@torch.no_grad()
+@_no_grad
 def rloo_advantages(
     scores: Tensor,
     group_ids: Sequence[Hashable],
@@ -349,7 +365,7 @@ def _denominator(value: Number | Tensor | None, local: Tensor, name: str) -> Ten
     """The caller's global denominator if given, else ``local``; clamped to ≥ 1."""
     if value is None:
         return local.clamp(min=1)
-    if isinstance(value, Tensor):
+    if isinstance(value, torch.Tensor):
         return value.to(device=local.device, dtype=local.dtype).clamp(min=1)
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")

@@ -42,7 +42,7 @@ def test_rebuild_matches_shipped_files(tmp_path):
 
 
 def test_vocab_and_special_ids(tok):
-    assert len(tok) == tk.VOCAB_SIZE == 500
+    assert len(tok) == tk.VOCAB_SIZE == 500 == tk.shipped_tokenizer_size()  # the config check's light read
     ids = tk.special_token_ids(tok)
     assert ids == {
         "pad": tk.PAD_ID,

@@ -410,11 +410,11 @@ def rule_vocab_covers_tokenizer(ctx: RuleContext) -> Iterator[Finding]:
     if vocab is None:
         return
     try:
-        from harness.core.tokenizer import load_tokenizer
+        from harness.core.tokenizer import shipped_tokenizer_size
     except ImportError:
         return
     try:
-        size = len(load_tokenizer())
+        size = shipped_tokenizer_size()
     except Exception:  # noqa: BLE001 - no tokenizer available: nothing to compare against
         return
     if vocab < size:
