@@ -9,6 +9,8 @@ submodules is not an edge.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "harness"
@@ -92,7 +94,8 @@ def test_nothing_below_the_commands_imports_them() -> None:
 # The pipeline, lowest layer first: a module imports only from its own layer or below. The foundation holds
 # what every layer needs (errors, JSON I/O, paths, the registry, the device-kind table, the numerics pin).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("harness", "errors", "jsonio", "paths", "registry", "statefile", "devices", "numerics", "assets", "schema"),
+    ("harness", "errors", "jsonio", "paths", "registry", "statefile", "devices", "numerics", "assets", "schema",
+     "lazyimport"),
     ("records",),  # the documents every layer writes or reads (manifest, baseline, verdict, gate, certificate)
     ("core",),  # the GRPO engine: pure math, models, the trainer; its registries name what recipes may choose
     ("config",),  # recipe, profiles, schema (enums from the engine's registries), safety rules
@@ -145,3 +148,26 @@ def test_no_python_file_over_600_lines() -> None:
                                                           *root.glob("bench/**/*.py"), root / "noxfile.py"]
                   if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600)
     assert long == []
+
+
+VALIDATE = """
+import sys
+from harness.cli import main
+sys.argv = ["harness", "validate", "qwen3_vl_30b"]
+try:
+    main()
+except SystemExit as e:
+    assert not e.code, e.code
+print(sorted(m for m in ("harness.core.algos", "harness.config.safety.rules", "torch._C", "transformers")
+             if m in sys.modules))
+"""
+
+
+def test_validate_loads_neither_torch_nor_transformers() -> None:
+    """``harness validate`` checks names and sizes only: the algorithm registries load torch lazily (the module
+    is in ``sys.modules`` unloaded until a function runs) and the vocabulary check reads the tokenizer file with
+    ``tokenizers``."""
+    proc = subprocess.run([sys.executable, "-c", VALIDATE], capture_output=True, text=True, timeout=120,
+                          cwd=PKG.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-1] == "['harness.config.safety.rules', 'harness.core.algos']"  # no torch._C
