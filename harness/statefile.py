@@ -29,12 +29,16 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import HarnessError
 from harness.jsonio import TENSOR_INDEX_KEYS, MiB, dumps, load_json_strict, loads_strict, open_regular
+from harness.lazyimport import lazy_import
+
+if TYPE_CHECKING:
+    import torch
+else:  # checking a foreign file's header, or refusing a run before it starts, needs no torch
+    torch = lazy_import("torch")
 
 FORMAT = "harness-state/1"
 TREE_LIMIT = 256 * MiB

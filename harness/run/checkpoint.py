@@ -42,18 +42,22 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from harness.core.device import rng_state, set_rng_state
 from harness.devices import accelerators
 from harness.errors import HarnessError
 from harness.jsonio import load_json_strict, write_json_atomic
+from harness.lazyimport import lazy_import
 from harness.run.rundir import utc_now
 from harness.schema import check
 from harness.statefile import check_regular, load_state, restore_like, save_state
+
+if TYPE_CHECKING:
+    import torch
+else:  # a refused run (bad --out, a hostile --resume) answers without loading torch
+    torch = lazy_import("torch")
 
 CKPT_DIR = "checkpoints"
 COMPLETE = "COMPLETE"
@@ -151,6 +155,8 @@ def prune(run_dir: Path, keep: int | None) -> None:
 # ----------------------------------------------------------------------------- state
 def rng_pack() -> dict[str, Any]:
     """Every RNG state of this process, as plain types and tensors (loadable with weights_only)."""
+    from harness.core.device import rng_state
+
     state = rng_state()
     version, internal, gauss = state["python"]
     kind, keys, pos, has_gauss, cached = state["numpy"]
@@ -168,6 +174,8 @@ def rng_pack() -> dict[str, Any]:
 
 
 def rng_unpack(packed: dict[str, Any]) -> None:
+    from harness.core.device import set_rng_state
+
     n = packed["numpy"]
     set_rng_state({"python": (packed["python"][0], tuple(packed["python"][1]), packed["python"][2]),
                    "numpy": (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]),

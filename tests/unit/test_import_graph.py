@@ -150,14 +150,15 @@ def test_no_python_file_over_600_lines() -> None:
     assert long == []
 
 
-VALIDATE = """
+LOADED = """
 import sys
 from harness.cli import main
-sys.argv = ["harness", "validate", "qwen3_vl_30b"]
+sys.argv = ["harness", *sys.argv[1:]]
 try:
-    main()
+    code = main()
 except SystemExit as e:
-    assert not e.code, e.code
+    code = e.code
+print("exit", code)
 print(sorted(m for m in ("harness.core.algos", "harness.config.safety.rules", "torch._C", "transformers")
              if m in sys.modules))
 """
@@ -167,7 +168,19 @@ def test_validate_loads_neither_torch_nor_transformers() -> None:
     """``harness validate`` checks names and sizes only: the algorithm registries load torch lazily (the module
     is in ``sys.modules`` unloaded until a function runs) and the vocabulary check reads the tokenizer file with
     ``tokenizers``."""
-    proc = subprocess.run([sys.executable, "-c", VALIDATE], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([sys.executable, "-c", LOADED, "validate", "qwen3_vl_30b"], capture_output=True, text=True,
+                          timeout=120, cwd=PKG.parent)
+    assert proc.stdout.splitlines()[-2:] == ["exit 0", "['harness.config.safety.rules', 'harness.core.algos']"], (
+        proc.stdout + proc.stderr[-2000:])  # the checks ran; no torch._C, no transformers
+
+
+def test_a_refused_run_loads_no_torch(tmp_path: Path) -> None:
+    """A run refused before it starts (here: --out is a directory holding something else) answers in its one line
+    without loading torch: the checkpoint and state-file modules load it when they first touch a tensor."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    proc = subprocess.run([sys.executable, "-c", LOADED, "run", "qwen3_vl_30b", "--profile", "cpu", "--runtime",
+                           "local", "--out", str(tmp_path / "mine")], capture_output=True, text=True, timeout=120,
                           cwd=PKG.parent)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
-    assert proc.stdout.splitlines()[-1] == "['harness.config.safety.rules', 'harness.core.algos']"  # no torch._C
+    assert "holds no run" in proc.stderr, proc.stderr
+    assert proc.stdout.splitlines()[-2] == "exit 2" and "torch._C" not in proc.stdout, proc.stdout
