@@ -44,9 +44,13 @@ def _install_once(session: nox.Session, *installs: tuple[str, ...]) -> None:
         return
     for args in installs:
         session.install(*args)
-    config = getattr(getattr(session, "_runner", None), "global_config", None)
-    if stamp and not getattr(config, "no_install", False):  # under `nox -R` nothing was installed
+    if stamp and not getattr(_global_config(session), "no_install", False):  # under `nox -R` nothing was installed
         Path(stamp).write_text(digest)
+
+
+def _global_config(session: nox.Session) -> object:
+    """nox's command-line options (``--no-install``, ``--install-only``), or None where nox keeps them elsewhere."""
+    return getattr(getattr(session, "_runner", None), "global_config", None)
 
 
 def _harness(session: nox.Session, *args: str, usage: str | None = None) -> None:
@@ -75,8 +79,7 @@ def tests(session: nox.Session) -> None:
     args, mypy (the `typecheck` session's check) runs beside them: it keeps one core busy for ~25 s, which the two
     workers leave free at times (one after the other 99 s, side by side 86 s on 2 cores)."""
     _install(session, "[test]", TYPECHECK_PIN)
-    config = getattr(getattr(session, "_runner", None), "global_config", None)
-    if session.posargs or getattr(config, "install_only", False):  # --install-only: no mypy either
+    if session.posargs or getattr(_global_config(session), "install_only", False):  # --install-only: no mypy either
         session.run("pytest", *session.posargs, success_codes=[0])
         return
     mypy = subprocess.Popen([os.path.join(session.bin, "mypy")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -62,15 +62,21 @@ def _load_cached():  # noqa: ANN202 - transformers type imported lazily
     return _load(tokenizer_dir() / "tokenizer.json")
 
 
-def _load(path: Path):  # noqa: ANN202
-    from transformers import PreTrainedTokenizerFast
-
+def _require(path: Path) -> Path:
+    """``path``, or a one-line error if the tokenizer file is not there."""
     if not path.is_file():
         raise HarnessError(
             "the shipped tokenizer file is missing",
             file=str(path),
             fix="reinstall the package or run python harness/assets/build_tokenizer.py",
         )
+    return path
+
+
+def _load(path: Path):  # noqa: ANN202
+    from transformers import PreTrainedTokenizerFast
+
+    _require(path)
     tok = PreTrainedTokenizerFast(
         tokenizer_file=str(path),
         eos_token=IM_END,
@@ -90,10 +96,7 @@ def shipped_tokenizer_size() -> int:
     a config check needs no ``transformers`` import (0.9 s on an AVX2 EPYC core)."""
     from tokenizers import Tokenizer
 
-    path = tokenizer_dir() / "tokenizer.json"
-    if not path.is_file():
-        raise HarnessError("the shipped tokenizer file is missing", file=str(path),
-                           fix="reinstall the package or run python harness/assets/build_tokenizer.py")
+    path = _require(tokenizer_dir() / "tokenizer.json")
     return int(Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True))
 
 
