@@ -6,9 +6,10 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+import forkserver
 
 from harness.jsonio import load_json_strict
 from harness.schema import schema_errors
@@ -30,8 +31,7 @@ def env(fault: str | None = None) -> dict[str, str]:
 
 def harness(work: Path, *args: str, fault: str | None = None, timeout: int = 7200,
             extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**env(fault), **(extra_env or {})}, cwd=work)
+    return forkserver.run(args, cwd=work, env={**env(fault), **(extra_env or {})}, timeout=timeout)
 
 
 def sha(path: Path) -> str:

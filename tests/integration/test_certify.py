@@ -12,11 +12,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import pytest
 
 from harness.jsonio import load_json_strict
@@ -37,8 +37,7 @@ RECIPE = "recipes/qwen3_vl_30b.json"
 def harness(cwd: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_FAULT"}
     env.update(PYTHONPATH=str(ROOT))  # HARNESS_CACHE: the session's (tests/conftest.py)
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd=cwd)
+    return forkserver.run(args, cwd=cwd, env=env, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import forkserver
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,8 +42,7 @@ def mounts(tmp_path: Path) -> Iterator[Path]:
 
 def harness(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_RUNTIME_DEFAULT": "local"}
-    return subprocess.run([sys.executable, "-m", "harness", *argv], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300, stdin=subprocess.DEVNULL)
+    return forkserver.run(argv, cwd=cwd, env=env, timeout=300)
 
 
 def one_line(proc: subprocess.CompletedProcess[str], *texts: str) -> None:

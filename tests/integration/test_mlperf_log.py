@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -17,8 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def harness(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_FAULT"}
     env.update(PYTHONPATH=str(ROOT))  # HARNESS_CACHE: the session's (tests/conftest.py)
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=900,
-                          env=env, cwd=cwd)
+    return forkserver.run(args, cwd=cwd, env=env, timeout=900)
 
 
 def test_smoke_run_log_is_compliant(tmp_path: Path, smoke_run: Any) -> None:

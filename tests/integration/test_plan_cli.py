@@ -11,11 +11,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import forkserver
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -24,8 +25,7 @@ FIELDS = ("world_size", "fits", "per_rank_peak_bytes", "device_memory_bytes", "c
 
 
 def harness(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    return forkserver.run(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=timeout)
 
 
 @pytest.mark.parametrize("profile,world", [("gpu-8x-h200-141g", 16), ("npu-16x-ascend-a3", 16)])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+import forkserver
 import numpy as np
 import pytest
 
@@ -17,8 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _harness(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd=ROOT)
+    return forkserver.run(args, cwd=ROOT, env=env, timeout=timeout)
 
 
 def test_simulated_8_gpu_node_passes_against_the_one_gpu_reference(tmp_path: Path) -> None:
