@@ -40,10 +40,15 @@ Q, WARMUP, MIN_TOL, MAX_TOL, SPREAD_FACTOR, MIN_SCALE = 0.9, 2, 0.15, 0.2, 3.0, 
 METRIC = "perf/throughput"
 
 
+def _manifest(run: Path) -> dict:
+    path = run / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def load(run: Path) -> dict:
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steady = [s for s in steps if s.get("step", 0) > WARMUP and METRIC in s]
-    samples = json.loads((run / "manifest.json").read_text())["calibration"]["samples"]
+    samples = _manifest(run)["calibration"]["samples"]
     per_step = [s.get(SPEED_METRIC) for s in steady]
     # the old cadence: the start, after every 10th step (= the sample before step 10k+1), the end
     by_step = {s["step"]: s.get(SPEED_METRIC) for s in steps}
@@ -89,7 +94,10 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     runs = {d.name: load(d) for d in sorted(args.runs.iterdir()) if (d / "metrics.jsonl").is_file()
-            and (d / "manifest.json").is_file()}
+            and "calibration" in _manifest(d)}  # a run that stopped before its first step has neither
+    if not runs:
+        print(f"no finished runs under {args.runs}")
+        return 1
     same = [n for n in runs if not n.startswith("slow")]
     slow = [n for n in runs if n.startswith("slow")]
     out: dict = {"runs": {n: {"p90": quantile(r["tput"], Q), "calibration_median": statistics.median(r["all"]),
