@@ -199,22 +199,20 @@ def _text(f: Any) -> str:
     return io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline=None).read()
 
 
-def run(args: list[str] | tuple[str, ...], *, cwd: str | Path, env: dict[str, str], timeout: float,
-        input: str | None = None) -> subprocess.CompletedProcess[str]:
+def run(args: list[str] | tuple[str, ...], *, cwd: str | Path, env: dict[str, str], timeout: float
+        ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd, env=env,
-    timeout=timeout, input=input)`` (stdin /dev/null without ``input``), through the worker's fork server where the
-    environment allows (module docstring)."""
+    timeout=timeout, stdin=subprocess.DEVNULL)``, through the worker's fork server where the environment allows
+    (module docstring)."""
     argv = [sys.executable, "-m", "harness", *args]
     server = start()
     if server is None or _mismatch(env, server.env) is not None:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd,
-                              input=input, stdin=None if input is not None else subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL)
         proc.forked = False  # type: ignore[attr-defined]  # (tests/integration/test_forkserver.py)
         return proc
-    with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+    with open(os.devnull, "rb") as stdin, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
-        stdin.write((input or "").encode())
-        stdin.seek(0)
         conn.connect(server.path)
         req = {"args": list(args), "cwd": str(cwd), "env": dict(env)}
         socket.send_fds(conn, [json.dumps(req).encode()], [stdin.fileno(), out.fileno(), err.fileno()])
