@@ -305,11 +305,16 @@ def actor_dtype_bytes(models: BuiltModules) -> int:
 
 
 def _warm_optimizer(optimizer: torch.optim.Optimizer, tracker: Tracker, offloaded: bool) -> None:
-    """Create the optimizer's state (moments, step counts) as its first step does: from the second step on it
-    is resident through every phase."""
+    """Create AdamW's state (moments, step counts) as its first step leaves it: from the second step on it is
+    resident through every phase. Zero moments beside each parameter and a step count of 1 (what a step with zero
+    gradients leaves), put in place by the optimizer's own ``load_state_dict`` (which moves each entry where the
+    kernel keeps it), instead of a step over the sharded parameters: that step's tensor dispatch took ~16 % of a
+    full-scale plan."""
+    sd = optimizer.state_dict()
+    ids = [i for group in sd["param_groups"] for i in group["params"]]
     params = [p for group in optimizer.param_groups for p in group["params"]]
     with tracker.counting_as(tracker.state_category("optimizer", offloaded)):
-        for p in params:
-            p.grad = torch.zeros_like(p)
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+        state = {i: {"step": torch.tensor(1.0), "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                     "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+                 for i, p in zip(ids, params, strict=True)}
+        optimizer.load_state_dict({"state": state, "param_groups": sd["param_groups"]})

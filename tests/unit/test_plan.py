@@ -226,3 +226,27 @@ def test_the_tracker_finds_what_tree_flatten_finds_and_keeps_nothing_alive() -> 
         assert ref() is None, "a tensor outlived its last reference"
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("kernel", [{"fused": True, "foreach": None}, {"fused": None, "foreach": False}])
+def test_the_warm_optimizer_state_is_what_a_first_step_leaves(kernel: dict[str, Any]) -> None:
+    """The plan creates AdamW's state without a step: the same entries (names, shapes, dtypes, devices, values) as
+    one step with zero gradients leaves, for both kernels the run picks (fused on the CPU, the per-tensor loop)."""
+    def model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.LayerNorm(4), torch.nn.Linear(4, 3, bias=False))
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, **kernel)
+
+    model, stepped = model_and_optimizer()
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    stepped.step()
+    _, warmed = model_and_optimizer()
+    trace_mod._warm_optimizer(warmed, Tracker(), offloaded=False)  # noqa: SLF001
+    want, got = stepped.state_dict()["state"], warmed.state_dict()["state"]
+    assert want.keys() == got.keys() and want
+    for i, entry in want.items():
+        assert entry.keys() == got[i].keys(), i
+        for name, t in entry.items():
+            u = got[i][name]
+            assert (u.shape, u.dtype, u.device) == (t.shape, t.dtype, t.device) and torch.equal(u, t), (i, name)
