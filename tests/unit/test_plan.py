@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from harness.config.recipe import resolve
 from harness.core import trainer as trainer_mod
+from harness.core.device import adamw_kernel
 from harness.plan import trace as trace_mod
 from harness.plan.estimate import plan_document
 from harness.plan.tracker import Tracker
@@ -239,7 +240,8 @@ def test_the_warm_optimizer_state_is_what_a_first_step_leaves(kernel: str) -> No
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.LayerNorm(4), torch.nn.Linear(4, 3, bias=False))
         if kernel == "per-tensor":
-            return model, torch.optim.AdamW(model.parameters(), lr=1e-3, fused=None, foreach=False)
+            kw = adamw_kernel(torch.device("cuda"), deterministic=True)  # the choice only: nothing runs on CUDA
+            return model, torch.optim.AdamW(model.parameters(), lr=1e-3, **kw)
         return model, trainer_mod.build_optimizer(cfg, model, torch.device("cpu"))[0]
 
     model, stepped = model_and_optimizer()
