@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from harness.core.typed_recipe import Recipe, TextArch
 from harness.core.vision_cache import image_inputs
@@ -277,10 +278,20 @@ def _inner(model: torch.nn.Module) -> Any:
 
 def position_ids(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, mm_token_type_ids: Tensor | None,
                  image_grid_thw: Tensor | None) -> Tensor:
-    """Positions for a left/right padded batch: (B, L) for text models, (3, B, L) multimodal RoPE."""
+    """Positions for a left/right padded batch: (B, L) for text models, (3, B, L) multimodal RoPE.
+
+    The multimodal index is a Python loop over rows and images that reads their lengths back (``tolist``, ``item``,
+    boolean masks): on an accelerator every row waits for the device several times. Its inputs and result are
+    integers, so it runs on host copies and the result moves to the device once — the same values (unit-tested).
+    Not under a dispatch mode (``harness plan`` traces the run's own ops on fake devices).
+    """
     inner = _inner(model)
     if inner is None:
         return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    device = input_ids.device
+    if device.type != "cpu" and _get_current_dispatch_mode() is None:
+        host = [None if t is None else t.cpu() for t in (input_ids, attention_mask, mm_token_type_ids, image_grid_thw)]
+        return position_ids(model, *host).to(device)
     kwargs = dict(input_ids=input_ids, image_grid_thw=image_grid_thw, video_grid_thw=None,
                   attention_mask=attention_mask)
     if "mm_token_type_ids" in inspect.signature(inner.get_rope_index).parameters:  # no image: all text (0)

@@ -345,8 +345,9 @@ class GRPOTrainer:
     def score(self, rb: RolloutBatch, examples: list[Any], n: int) -> dict[str, torch.Tensor]:
         """Rule-based rewards per sequence (decoded without special tokens)."""
         scores, accs, fmts = [], [], []
+        responses, masks = rb.response_ids.cpu(), rb.response_mask.cpu().bool()  # one read-back, not one per row
         for i in range(rb.size):
-            ids = rb.response_ids[i][rb.response_mask[i].bool()].tolist()
+            ids = responses[i][masks[i]].tolist()
             text = self.tok.decode(ids, skip_special_tokens=True)
             res = self.reward_fn(text, examples[i // n].answer)
             scores.append(res.score)
