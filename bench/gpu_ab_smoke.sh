@@ -6,7 +6,8 @@
 # wheels are the same for both. Each tree first runs once cold (its warm start: the cache key holds the core's
 # source), then WARM warm runs each, then one warm run of the new tree under cProfile ($DEST/smoke.prof).
 # $DEST/ab.json: each run's wall, exit code and verdict line; $DEST/same_bits.txt: every non-timing metric of the
-# two trees' runs compared value by value (bench/compare_metrics.py).
+# two trees' runs compared value by value (bench/compare_metrics.py); $DEST/runs.tgz: each run's records and log
+# (six files in all: a device call returns at most eight).
 # Usage (device): DEST=$OUT bash bench/gpu_ab_smoke.sh     (CPU dry run: PROFILE=cpu RECIPE=qwen3_1_7b STEPS=2 WARM=1)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +33,7 @@ one() {  # tree (base|new), run name, then the command's prefix before `-m harne
   local dir=$PWD; [ "$tree" = base ] && dir=$BASE
   local t0 rc w line; t0=$(date +%s.%N)
   (cd "$dir" && PYTHONPATH=/tmp/site:$dir timeout 300 "$@" -m harness run "$RECIPE" --profile "$PROFILE" $STEPS \
-    --quiet --out "$RUNS/$name" >"$DEST/run-$name.log" 2>&1)
+    --quiet --out "$RUNS/$name" >"$RUNS/$name.log" 2>&1)
   rc=$?; w=$(since "$t0")
   line=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['summary_line'][:160])" "$RUNS/$name/verdict.json" 2>/dev/null | tr -d '"')
   echo "$name rc=$rc wall=${w}s $line"
@@ -55,5 +56,5 @@ if [ -f "$DEST/smoke.prof" ]; then
     >"$DEST/prof-cum.txt" 2>&1
 fi
 mkdir -p "$DEST/runs"; for d in "$RUNS"/*/; do n=$(basename "$d"); mkdir -p "$DEST/runs/$n"
-  cp "$d"/{metrics.jsonl,manifest.json,verdict.json} "$DEST/runs/$n/" 2>/dev/null; done
+  cp "$d"/{metrics.jsonl,manifest.json,verdict.json} "$RUNS/$n.log" "$DEST/runs/$n/" 2>/dev/null; done
 tar -czf "$DEST/runs.tgz" -C "$DEST" runs && rm -rf "$DEST/runs"
