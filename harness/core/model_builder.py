@@ -289,15 +289,23 @@ def position_ids(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tens
     if inner is None:
         return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     device = input_ids.device
-    if device.type != "cpu" and _get_current_dispatch_mode() is None:
-        host = [None if t is None else t.cpu() for t in (input_ids, attention_mask, mm_token_type_ids, image_grid_thw)]
-        return position_ids(model, *host).to(device)
+    on_host = index_on_host(input_ids)
+    if on_host:
+        input_ids, attention_mask = input_ids.cpu(), attention_mask.cpu()
+        mm_token_type_ids = None if mm_token_type_ids is None else mm_token_type_ids.cpu()
+        image_grid_thw = None if image_grid_thw is None else image_grid_thw.cpu()
     kwargs = dict(input_ids=input_ids, image_grid_thw=image_grid_thw, video_grid_thw=None,
                   attention_mask=attention_mask)
     if "mm_token_type_ids" in inspect.signature(inner.get_rope_index).parameters:  # no image: all text (0)
         kwargs["mm_token_type_ids"] = torch.zeros_like(input_ids) if mm_token_type_ids is None else mm_token_type_ids
     pos, _ = inner.get_rope_index(**kwargs)
-    return pos
+    return pos.to(device) if on_host else pos
+
+
+def index_on_host(input_ids: Tensor) -> bool:
+    """Whether :func:`position_ids` computes the multimodal index on host copies: the batch is on an accelerator and
+    no dispatch mode traces the ops."""
+    return input_ids.device.type != "cpu" and _get_current_dispatch_mode() is None
 
 
 _MASKED_POSITION: dict[type, int] = {}

@@ -190,6 +190,27 @@ def test_positions_attached_once_equal_those_of_every_sub_batch(family: str) -> 
             assert torch.equal(got, ref)
 
 
+def test_the_multimodal_index_on_host_copies_gives_the_same_positions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an accelerator the RoPE index runs on host copies of its inputs (index_on_host); routed that way, every
+    argument reaches the index as it would directly (images in two rows, padding, mm token types given or not)."""
+    from harness.core import model_builder
+
+    model = _model("qwen3_vl_moe")
+    prompts, _, grids = _prompts(True)
+    ids, mask = prompts["input_ids"].clone(), prompts["attention_mask"]
+    ids[2, 5:9] = IMG
+    grid = torch.cat([grids[1], torch.tensor([[1, 4, 4]])])
+    types = ((ids == IMG) & mask.bool()).long()
+    direct = model_builder.position_ids(model, ids, mask, types, grid)
+    text = model_builder.position_ids(model, prompts["input_ids"].clamp(max=IMG - 1), mask, None, None)
+    assert not model_builder.index_on_host(ids)  # CPU tensors: the index runs where they are
+    monkeypatch.setattr(model_builder, "index_on_host", lambda t: True)
+    assert torch.equal(model_builder.position_ids(model, ids, mask, types, grid), direct)
+    assert torch.equal(model_builder.position_ids(model, prompts["input_ids"].clamp(max=IMG - 1), mask, None, None),
+                       text)
+    assert direct.shape == (3, 3, 10) and not torch.equal(direct[0], direct[1])  # the images' rows have 3-D positions
+
+
 def _claims_flash_attention(model: torch.nn.Module) -> list[Any]:
     """Every config of ``model`` set to flash_attention_2 (without flash-attn installed: the internal field, which
     the attention layers read at each call); returns the configs."""
