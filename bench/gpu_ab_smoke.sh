@@ -3,8 +3,9 @@
 # both trees taken in turns (A B A B ...: the host's drift falls on both), and whether they train the same bits.
 # The "before" tree is build/base/harness (made here with `git archive BASE harness | tar -x -C build/base`, carried
 # to the device as `build`); it replaces harness/ in a copy of this checkout, so recipes, baselines and the carried
-# wheels are the same for both. Each tree first runs once cold (its warm start: the cache key holds the core's
-# source), then WARM warm runs each, then one warm run of the new tree under cProfile ($DEST/smoke.prof).
+# wheels are the same for both; `--runtime local`, so that each tree's own code trains (a container would run its
+# image's). Each tree first runs once cold (its warm start: the cache key holds the core's source), then WARM warm
+# runs each, then one warm run of the new tree under cProfile ($DEST/smoke.prof).
 # $DEST/ab.json: each run's wall, exit code and verdict line; $DEST/same_bits.txt: every non-timing metric of the
 # two trees' runs compared value by value (bench/compare_metrics.py); $DEST/runs.tgz: each run's records and log
 # (six files in all: a device call returns at most eight).
@@ -25,7 +26,6 @@ tar --exclude=./build --exclude=./.whl --exclude=./.git --exclude=./harness -cf 
 cp -a build/base/harness "$BASE/harness"
 "$PY" -m compileall -q -j 0 "$BASE/harness" >/dev/null 2>&1
 echo "set-up took ${SECONDS}s"
-since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}'; }
 rows=()
 one() {  # tree (base|new), run name, then the command's prefix before `-m harness`
   local tree=$1 name=$2; shift 2
@@ -33,7 +33,7 @@ one() {  # tree (base|new), run name, then the command's prefix before `-m harne
   local dir=$PWD; [ "$tree" = base ] && dir=$BASE
   local t0 rc w line; t0=$(date +%s.%N)
   (cd "$dir" && PYTHONPATH=/tmp/site:$dir timeout 300 "$@" -m harness run "$RECIPE" --profile "$PROFILE" $STEPS \
-    --quiet --out "$RUNS/$name" >"$RUNS/$name.log" 2>&1)
+    --runtime local --quiet --out "$RUNS/$name" >"$RUNS/$name.log" 2>&1)
   rc=$?; w=$(since "$t0")
   line=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['summary_line'][:160])" "$RUNS/$name/verdict.json" 2>/dev/null | tr -d '"')
   echo "$name rc=$rc wall=${w}s $line"

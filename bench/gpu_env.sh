@@ -1,6 +1,7 @@
 # Sourced by the device scripts (bench/gpu_*.sh): the carried wheels (.whl) installed once into /tmp/site,
 # PYTHONPATH, the harness cache, unbuffered output, and the commit the copy was made from (git metadata on the
-# device can be stale: HARNESS_GIT_REVISION from COMMIT when the copy has one). Sets DEST and PY.
+# device can be stale: HARNESS_GIT_REVISION from COMMIT when the copy has one). Sets DEST and PY, and defines
+# `since T0` (seconds since a `date +%s.%N`) for the scripts that time commands.
 # The wheels are byte-compiled at install, as a plain `pip install` does, and so is the copied harness tree: a
 # process then reads bytecode instead of compiling source (an installed product's state; BYTECODE=0 skips it).
 DEST=${DEST:-${OUT:-/tmp/bench-out}}
@@ -28,3 +29,5 @@ fi
 export PYTHONPATH=/tmp/site:$PWD
 export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/harness-cache}
 if [ -f COMMIT ]; then export HARNESS_GIT_REVISION=$(cat COMMIT); fi
+
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}'; }  # seconds since a `date +%s.%N`

@@ -16,7 +16,6 @@ echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-} PYTHONPYCACHEPREFIX=$
 "$PY" -c "import sys; print('dont_write_bytecode', sys.dont_write_bytecode)"
 "$PY" -c "import flash_attn; print('flash_attn', flash_attn.__version__)" 2>&1 | tail -1
 walls=()
-since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}'; }  # seconds since a `date +%s.%N`
 for name in cold warm; do
   t0=$(date +%s.%N)
   timeout 400 "$PY" -m harness run "$RECIPE" --profile "$PROFILE" $STEPS --quiet --out "$RUNS/$name" \

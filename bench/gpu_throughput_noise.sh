@@ -32,7 +32,6 @@ if [ "$RECORD" -gt 0 ]; then
   for d in "$RUNS"/record/seed-*; do mkdir -p "$DEST/runs/record-$(basename "$d")"
     cp "$d"/{metrics.jsonl,manifest.json} "$DEST/runs/record-$(basename "$d")/" 2>/dev/null; done
 fi
-since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}'; }
 walls=()
 one() {  # name, then the command's prefix (env / profiler) before `-m harness`
   local name=$1; shift
