@@ -201,13 +201,13 @@ def test_the_multimodal_index_on_host_copies_gives_the_same_positions(monkeypatc
     ids[2, 5:9] = IMG
     grid = torch.cat([grids[1], torch.tensor([[1, 4, 4]])])
     types = ((ids == IMG) & mask.bool()).long()
+    text_ids = prompts["input_ids"].clamp(max=IMG - 1)  # no image token
     direct = model_builder.position_ids(model, ids, mask, types, grid)
-    text = model_builder.position_ids(model, prompts["input_ids"].clamp(max=IMG - 1), mask, None, None)
+    text = model_builder.position_ids(model, text_ids, mask, None, None)
     assert not model_builder.index_on_host(ids)  # CPU tensors: the index runs where they are
     monkeypatch.setattr(model_builder, "index_on_host", lambda t: True)
     assert torch.equal(model_builder.position_ids(model, ids, mask, types, grid), direct)
-    assert torch.equal(model_builder.position_ids(model, prompts["input_ids"].clamp(max=IMG - 1), mask, None, None),
-                       text)
+    assert torch.equal(model_builder.position_ids(model, text_ids, mask, None, None), text)
     assert direct.shape == (3, 3, 10) and not torch.equal(direct[0], direct[1])  # the images' rows have 3-D positions
 
 
