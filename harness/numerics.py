@@ -14,8 +14,9 @@ code paths every supported machine runs the same way:
 - ``ATEN_CPU_CAPABILITY=avx2`` — ATen's vectorised kernels (reductions, softmax, norms, SDPA);
 - ``MKL_CBWR=COMPATIBLE`` — oneMKL's conditional numerical reproducibility on its compatible branch,
   the one oneMKL documents as giving the same results on Intel and non-Intel processors. Its AVX2
-  branch (``AVX2,STRICT``) does not: measured, ``exp``, ``log`` and ``logsumexp`` then differ
-  between an Intel AVX-512 and an AMD AVX2 machine;
+  branch (``AVX2,STRICT``, 23 % faster on a smoke run) does not: measured, ``exp``, ``log`` and
+  ``logsumexp`` then differ between an Intel AVX-512 and an AMD AVX2 machine, and so do GEMMs (a
+  256 x 256 ``mm``), so a run differs even with no vector math left (``bench/results/cpu-mkl-branch-*``);
 - ``ONEDNN_MAX_CPU_ISA=AVX2`` (and the older ``DNNL_MAX_CPU_ISA``) — oneDNN's JIT;
 - a fixed thread count (``CPU_THREADS``) for OpenMP, oneMKL and torch.
 
