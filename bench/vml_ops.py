@@ -2,9 +2,10 @@
 
 The CPU numerics pin (:mod:`harness.numerics`) runs oneMKL on its ``COMPATIBLE`` branch because the ``AVX2,STRICT``
 branch gives other bits for ``exp``, ``log``, ``logsumexp`` and ``sqrt`` on an Intel AVX-512 machine than on an AMD
-AVX2 one (``bench/results/portability/``), while its GEMMs agree there. The compatible branch's GEMMs are the slow
-ones. Whether the faster branch could be pinned instead depends on which VML functions a run calls and where: this
-script runs ``harness run ARGS`` in this process under a ``TorchDispatchMode`` that counts every ATen operator whose
+AVX2 one (``bench/results/portability/``). The compatible branch's GEMMs are the slow ones. Any faster setting must
+first keep a run's values off oneMKL's vector math (and then give the same GEMM bits on both vendors, which the
+AVX2 branch does not: ``bench/results/cpu-mkl-branch-avx2-epyc-2026-12-06/``). This script shows what that takes: it
+runs ``harness run ARGS`` in this process under a ``TorchDispatchMode`` that counts every ATen operator whose
 CPU kernel is oneMKL's VML in the torch CPU wheel (``aten/src/ATen/cpu/vml.h``: the ``IMPLEMENT_VML_MKL`` list, and
 ``logsumexp``, which calls ``exp`` and ``log``) by dtype and by the three innermost Python frames that issued it.
 The mode only observes: the run's verdict is the run's own (a PASS at the exact tier shows the same bits).
