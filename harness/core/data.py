@@ -312,6 +312,11 @@ class PromptLoader:
     Each epoch visits a permutation of the prompts (seeded from ``(seed, epoch)`` when ``shuffle``)
     in ``len(self)`` full batches; like a ``drop_last`` data loader, the last partial batch of an
     epoch is skipped and the next epoch starts.
+
+    Every prompt is tokenised up front (its length decides filtering and truncation); its images' pixel values
+    are computed when a batch first holds it (:meth:`prompt`), then kept: a run of a few steps, or one whose
+    warm start comes from the cache, processes the images of the prompts it uses, not of all of them. The same
+    processor on the same images, so the same values as computing them all at the start.
     """
 
     def __init__(
@@ -347,8 +352,10 @@ class PromptLoader:
         self.seed = int(seed)
         self.num_filtered = 0
         prompts: list[EncodedPrompt] = []
+        self.image_processor = image_processor
+        self.pixels = pixels
         for ex in examples:
-            p = encode_example(ex, tokenizer, image_processor, merge_size, pixels=pixels)
+            p = encode_example(ex, tokenizer, image_processor, merge_size, pixels=False)
             if len(p.input_ids) > max_prompt_length:
                 if filter_overlong_prompts:
                     self.num_filtered += 1
@@ -390,7 +397,20 @@ class PromptLoader:
             self._order = self._permutation(self.epoch)
         idx = self._order[self.position : self.position + self.batch_size]
         self.position += self.batch_size
-        return [self.prompts[int(i)] for i in idx]
+        return [self.prompt(int(i)) for i in idx]
+
+    def prompt(self, index: int) -> EncodedPrompt:
+        """Prompt ``index`` with its images' pixel values (computed on first use, then kept; none when the loader
+        was made with ``pixels`` False)."""
+        p = self.prompts[index]
+        if self.pixels and p.example.images and p.pixel_values is None:
+            pixel_values, grid = process_images(self.image_processor, list(p.example.images))
+            if not torch.equal(grid, cast(torch.Tensor, p.image_grid_thw)):  # the tokens were counted from this grid
+                raise HarnessError(f"prompt {p.example.uid}: its images' grid {grid.tolist()} differs from the one its "
+                                   f"tokens were counted with {cast(torch.Tensor, p.image_grid_thw).tolist()}",
+                                   key_path="data", fix="report this: the image processor's grid is not its size's")
+            p = self.prompts[index] = dataclasses.replace(p, pixel_values=pixel_values)
+        return p
 
     def __iter__(self) -> Iterator[list[EncodedPrompt]]:
         while True:

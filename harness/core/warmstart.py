@@ -149,7 +149,7 @@ def load_cached(model: torch.nn.Module, path: Path, key: str, device: torch.devi
 
 def _demo_batch(tr: GRPOTrainer, rng: np.random.Generator, size: int) -> tuple[RolloutBatch, list[Any]]:
     picks = rng.integers(len(tr.loader.prompts), size=size)
-    prompts = [tr.loader.prompts[int(i)] for i in picks]
+    prompts = [tr.loader.prompt(int(i)) for i in picks]
     collated, pixels, grids, uids = tr._prompts_on_device(prompts)  # noqa: SLF001 - same collation as rollouts
     R = tr.cfg.data.max_response_length
     resp = torch.full((size, R), tr.ids["pad"], dtype=torch.long)

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import forkserver
 import pytest
 
 from harness.paths import RECIPES_DIR
@@ -43,10 +44,11 @@ def _recipe(tmp: Path, name: str, agg_mode: str, dtype: str = "float64", warm_st
 
 
 def _run(recipe: Path, out: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """``harness run`` (forked by tests/forkserver.py; torchrun's ranks are processes of their own)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "harness", "run", str(recipe), "--profile", "cpu", "--steps", "2", "--out", str(out),
-           "--stage", "train", "--quiet", *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    args = ["run", str(recipe), "--profile", "cpu", "--steps", "2", "--out", str(out), "--stage", "train", "--quiet",
+            *extra]
+    return forkserver.run(args, cwd=ROOT, env=env, timeout=timeout)
 
 
 def _metrics(run_dir: Path) -> list[dict[str, float]]:
