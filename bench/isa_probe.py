@@ -107,7 +107,19 @@ def main() -> None:
 
     variants = {"adamw 3 steps": adamw_variant(foreach=False), "adamw foreach 3 steps": adamw_variant(foreach=True),
                 "adamw fused 3 steps": adamw_variant(fused=True)}
-    out = {name: digest(fn()) for name, fn in {**ops, **grads, **variants}.items()}
+    # GEMM shapes: squares (a 256 x 256 product is where oneMKL's AVX2 branch first differed between vendors) and
+    # the smoke models' products (hidden 128, vocabulary 512, experts 64, vision 32), each with the transposed
+    # operands its backward multiplies
+    gemms: dict[str, Any] = {}
+    for m, kk, n in [(64, 64, 64), (128, 128, 128), (256, 256, 256), (512, 512, 512), (96, 200, 300),
+                    (1024, 128, 512), (512, 128, 256), (2048, 128, 64), (1024, 64, 128), (640, 32, 96),
+                    (4096, 128, 128), (300, 1024, 128)]:
+        left, right = inp(m, kk, salt=m + kk), inp(kk, n, salt=kk + n)
+        gemms[f"mm {m}x{kk}x{n}"] = lambda a_=left, b_=right: a_ @ b_
+        gemms[f"mm {m}x{kk}x{n} A^T"] = lambda a_=left, b_=right: a_.t().contiguous().t() @ b_
+        gemms[f"mm {m}x{kk}x{n} B^T"] = lambda a_=left, b_=right: a_ @ b_.t().contiguous().t()
+        gemms[f"mm {kk}x{m}x{n} (A^T B)"] = lambda a_=left, c_=inp(m, n, salt=m + n): a_.t() @ c_
+    out = {name: digest(fn()) for name, fn in {**ops, **gemms, **grads, **variants}.items()}
     # the host-side scalars of the AdamW step (Python floats: libm pow)
     out["adamw scalars"] = hashlib.sha256(" ".join(
         f"{(1 - 0.9 ** k).hex()} {(1 - 0.999 ** k).hex()} {((1 - 0.999 ** k) ** 0.5).hex()}"
