@@ -16,7 +16,9 @@ code paths every supported machine runs the same way:
   the one oneMKL documents as giving the same results on Intel and non-Intel processors. Its AVX2
   branch (``AVX2,STRICT``, 23 % faster on a smoke run) does not: measured, ``exp``, ``log`` and
   ``logsumexp`` then differ between an Intel AVX-512 and an AMD AVX2 machine, and so do GEMMs (a
-  256 x 256 ``mm``), so a run differs even with no vector math left (``bench/results/cpu-mkl-branch-*``);
+  256 x 256 ``mm``), so a run differs even with no vector math left (``bench/results/cpu-mkl-branch-*``).
+  Nor do its ``SSE4_2`` and ``AVX`` branches (as fast as AVX2 there): on an AMD EPYC all three give one result,
+  on an Intel Xeon each its own, every GEMM shape differing (``bench/results/cpu-mkl-branches-2026-12-06``);
 - ``ONEDNN_MAX_CPU_ISA=AVX2`` (and the older ``DNNL_MAX_CPU_ISA``) — oneDNN's JIT;
 - a fixed thread count (``CPU_THREADS``) for OpenMP, oneMKL and torch.
 
