@@ -405,9 +405,10 @@ class PromptLoader:
         p = self.prompts[index]
         if self.pixels and p.example.images and p.pixel_values is None:
             pixel_values, grid = process_images(self.image_processor, list(p.example.images))
-            if not torch.equal(grid, cast(torch.Tensor, p.image_grid_thw)):  # the tokens were counted from this grid
+            counted = cast(torch.Tensor, p.image_grid_thw)  # the grid its tokens were counted from
+            if not torch.equal(grid, counted):
                 raise HarnessError(f"prompt {p.example.uid}: its images' grid {grid.tolist()} differs from the one its "
-                                   f"tokens were counted with {cast(torch.Tensor, p.image_grid_thw).tolist()}",
+                                   f"tokens were counted with {counted.tolist()}",
                                    key_path="data", fix="report this: the image processor's grid is not its size's")
             p = self.prompts[index] = dataclasses.replace(p, pixel_values=pixel_values)
         return p

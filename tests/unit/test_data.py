@@ -183,7 +183,6 @@ def test_a_prompt_encoded_without_pixels_has_the_same_tokens(tok, proc):
             _loader([vis, vis], tok, proc, max_prompt_length=5, truncation="left", pixels=pixels)
 
 
-
 def test_a_batchs_pixels_are_computed_when_it_is_drawn_and_equal_the_eager_ones(tok, proc):
     examples = dt.build_synthetic(["color", "count", "text_choice"], 12, 3, "train", 48)
     loader = _loader(examples, tok, proc, batch_size=3)
@@ -201,6 +200,7 @@ def test_a_batchs_pixels_are_computed_when_it_is_drawn_and_equal_the_eager_ones(
     assert kept and kept <= drawn_ids  # kept for the prompts drawn, none processed for the others
     assert loader.prompt(loader.prompts.index(drawn[0])) is drawn[0]  # processed once
     assert all(p.pixel_values is None for p in _loader(examples, tok, proc, pixels=False).next_batch())
+
 
 def test_bad_processor_settings():
     with pytest.raises(HarnessError, match="patch_size"):
