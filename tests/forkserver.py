@@ -57,6 +57,7 @@ def _mismatch(env: dict[str, str], server_env: dict[str, str]) -> str | None:
 # ----------------------------------------------------------------------------------------------- the server
 def serve(path: str, parent: int) -> None:
     from harness import numerics
+    from harness.run.runtime.zygote import reap  # the product's rank zygote reaps its children the same way
 
     numerics.apply_env()  # before torch loads, as the entry point does
     import importlib
@@ -97,18 +98,10 @@ def serve(path: str, parent: int) -> None:
                 os.close(fd)
             conn.send(f"{pid}".encode())
             waiting[pid] = conn
-        while waiting:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            conn = waiting.pop(pid, None)
-            if conn is not None:
-                with contextlib.suppress(OSError):
-                    conn.send(f"{os.waitstatus_to_exitcode(status)}".encode())
-                conn.close()
+        for conn, code in reap(waiting):
+            with contextlib.suppress(OSError):
+                conn.send(f"{code}".encode())
+            conn.close()
 
 
 def _child(conn: socket.socket, req: dict[str, Any], fds: list[int]) -> None:

@@ -44,7 +44,7 @@ def _recipe(tmp: Path, name: str, agg_mode: str, dtype: str = "float64", warm_st
 
 
 def _run(recipe: Path, out: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    """``harness run`` (forked by tests/forkserver.py; torchrun's ranks are processes of their own)."""
+    """``harness run`` (forked by tests/forkserver.py; torchrun's ranks by the product's zygote)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     args = ["run", str(recipe), "--profile", "cpu", "--steps", "2", "--out", str(out), "--stage", "train", "--quiet",
             *extra]
@@ -97,6 +97,21 @@ def test_processes_match_one(tmp_path: Path, agg_mode: str, nproc: int, mini: in
         in manifest["overrides"]
 
 
+def _descendants(pid: int) -> list[int]:
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return children + [d for c in children for d in _descendants(c)]
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def test_killed_rank_fails_the_run_fast(tmp_path: Path) -> None:
     """A rank of a simulated 8-GPU node killed mid-run: the run fails within a minute, naming that rank."""
     recipe = _recipe(tmp_path, "dp_kill", "token-mean", dtype="float32", warm_start_steps=None)
@@ -110,13 +125,9 @@ def test_killed_rank_fails_the_run_fast(tmp_path: Path) -> None:
     while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
         time.sleep(0.5)
     assert metrics.is_file(), "the run never wrote a step"
-    ranks = subprocess.run(["pgrep", "-f", "harness.run.runtime.rank"], capture_output=True, text=True).stdout.split()
-    victim = None
-    for pid in ranks:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        if b"RANK=5" in environ:
-            victim = int(pid)
-    assert victim is not None, f"rank 5 not found among {ranks}"
+    ranks = {pid: _name(pid) for pid in _descendants(proc.pid)}  # the ranks name themselves harness-rank-N
+    victim = next((pid for pid, name in ranks.items() if name == "harness-rank-5"), None)
+    assert victim is not None, f"rank 5 not found among this run's processes {ranks}"
     killed_at = time.time()
     os.kill(victim, signal.SIGKILL)
     output, _ = proc.communicate(timeout=120)

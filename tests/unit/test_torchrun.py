@@ -44,8 +44,13 @@ def test_layout_and_command(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     layout = torchrun.node_layout(res, 2)
     assert layout["nnodes"] == 1 and layout["nproc"] == 2 and str(layout["endpoint"]).startswith("127.0.0.1:")
     cmd = torchrun.torchrun_command(res, _args(steps=3, overrides=["seed=1"]), tmp_path / "run", layout)
-    assert "--nproc-per-node=2" in cmd and "--max-restarts=0" in cmd and "harness.run.runtime.rank" in cmd
+    assert "--nproc-per-node=2" in cmd and "--max-restarts=0" in cmd
+    # CPU ranks: torchrun's workers are the zygote's stubs (harness.run.runtime.zygote), with the rank's arguments
+    assert torchrun.forked_ranks(res) and cmd[cmd.index("-m", 3) + 1] == "harness.run.runtime.zygote"
     assert cmd[cmd.index("--steps") + 1] == "3" and cmd[cmd.index("--set") + 1] == "seed=1"
+    gpu = resolve("qwen3_vl_30b", "gpu-2x-h200", "smoke")  # accelerator ranks start as interpreters of their own
+    gpu_cmd = torchrun.torchrun_command(gpu, _args(), tmp_path / "run", torchrun.node_layout(gpu))
+    assert not torchrun.forked_ranks(gpu) and gpu_cmd[gpu_cmd.index("-m", 3) + 1] == "harness.run.runtime.rank"
 
 
 def test_layout_refusals(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -46,9 +46,23 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def name_process(rank: str) -> None:
+    """``harness-rank-N`` as this process's name (``ps``, ``top``, ``pgrep harness-rank-5``; Linux's
+    ``PR_SET_NAME``): ranks forked by :mod:`harness.run.runtime.agent` share the agent's command line."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(15, f"harness-rank-{rank}".encode()[:15], 0, 0, 0)  # 15: PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 @record
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    name_process(os.environ.get("RANK", "?"))
     from harness.core.parallel import distributed, shutdown
     from harness.run.checkpoint import Interrupted
     from harness.run.resume import resume_overrides

@@ -14,11 +14,15 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ from harness.run.checkpoint import interrupt_exit_code
 from harness.run.plan import RunPlan
 from harness.run.rundir import MARKER, utc_now
 from harness.run.runtime.run_args import RunSpec, set_args
+from harness.run.runtime.zygote import ENV as ZYGOTE_ENV
 
 
 def _free_port() -> int:
@@ -59,12 +64,20 @@ def node_layout(res: Resolved, nproc_override: int | None = None) -> dict[str, o
     return {"nnodes": nnodes, "node_rank": node_rank, "nproc": nproc, "endpoint": endpoint}
 
 
+def forked_ranks(res: Resolved) -> bool:
+    """CPU ranks (the cpu profile, ``--simulate``) are forked by a zygote after one set of imports
+    (:mod:`harness.run.runtime.zygote`); accelerator ranks start as fresh interpreters (a CUDA or NPU runtime must
+    not be initialised in a process that forks, and a rank's imports are a small part of a GPU run)."""
+    return res.simulation is not None or res.hardware.device_type == "cpu"
+
+
 def torchrun_command(res: Resolved, args: Any, run_dir: Path, layout: dict[str, object]) -> list[str]:
     """``args``: what to run (a :class:`~harness.run.plan.RunPlan`: steps, overrides, quiet, resume)."""
+    worker = "harness.run.runtime.zygote" if forked_ranks(res) else "harness.run.runtime.rank"
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={layout['nnodes']}",
            f"--nproc-per-node={layout['nproc']}", f"--node-rank={layout['node_rank']}", "--rdzv-backend=c10d",
            f"--rdzv-endpoint={layout['endpoint']}", f"--rdzv-id={run_dir.name}", "--max-restarts=0",
-           "--monitor-interval=1", "-m", "harness.run.runtime.rank"]
+           "--monitor-interval=1", "-m", worker]
     spec = RunSpec(str(Path(res.path).resolve()), res.profile_name, res.scale, out=str(run_dir),
                    steps=getattr(args, "steps", None), overrides=tuple(getattr(args, "overrides", []) or []),
                    quiet=bool(getattr(args, "quiet", False)),
@@ -130,6 +143,38 @@ def launch(res: Resolved, args: Any, run_dir: Path) -> None:
     cmd = torchrun_command(res, args, run_dir, layout)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHELASTIC_ERROR_FILE": str(run_dir / "rank-error.json")}
     run_dir.mkdir(parents=True, exist_ok=True)
+    with rank_zygote(res, cmd, env):
+        _launch(res, args, run_dir, layout, cmd, env)
+
+
+@contextmanager
+def rank_zygote(res: Resolved, cmd: list[str], env: dict[str, str]) -> Iterator[None]:
+    """For forked ranks: the zygote (:mod:`harness.run.runtime.zygote`) on a socket in a private directory, named to
+    torchrun's workers in ``env``; stopped when the launchers are done (its ranks have ended by then)."""
+    if not forked_ranks(res) or os.environ.get(ZYGOTE_ENV) == "off":  # off: every rank imports for itself
+        yield
+        return
+    home = tempfile.mkdtemp(prefix="harness-zygote-")
+    path = os.path.join(home, "socket")
+    rank_args = cmd[cmd.index("harness.run.runtime.zygote") + 1:]
+    zygote = subprocess.Popen([sys.executable, "-m", "harness.run.runtime.zygote", "--serve", path, *rank_args],
+                              stdin=subprocess.PIPE, env=env, start_new_session=True)
+    env[ZYGOTE_ENV] = path
+    try:
+        yield
+    finally:
+        assert zygote.stdin is not None
+        zygote.stdin.close()  # no more ranks: the zygote ends once its last rank has
+        try:
+            zygote.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            zygote.kill()
+            zygote.wait()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _launch(res: Resolved, args: Any, run_dir: Path, layout: dict[str, object], cmd: list[str],
+            env: dict[str, str]) -> None:
     others = simulated_nodes(res, args, run_dir, layout, env)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
