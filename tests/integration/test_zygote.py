@@ -73,19 +73,20 @@ def test_a_forked_ranks_output_and_exit_code_are_the_stubs(zygote: tuple[subproc
     assert server.poll() is None and _children(server.pid) == []  # the ranks were reaped
 
 
-def _blocked_rank(server: int, path: str, tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
-    """A stub whose rank waits in its rendezvous for a second rank that never comes; (stub, the rank's pid)."""
+def _blocked_rank(server: int, path: str, tmp_path: Path, **env: str) -> tuple[subprocess.Popen[str], int]:
+    """A stub whose rank waits in its rendezvous for a second rank that never comes; (stub, the rank's pid: a child
+    of the zygote, or the stub itself when it runs the rank)."""
     port = str(_free_port())
     stub = _stub(path, "qwen3_vl_30b", "--profile", "cpu", "--scale", "smoke", "--steps", "1", "--out",
                  str(tmp_path / "run"), "--quiet", RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
-                 MASTER_ADDR="127.0.0.1", MASTER_PORT=port, HARNESS_COLLECTIVE_TIMEOUT_S="120")
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=port, HARNESS_COLLECTIVE_TIMEOUT_S="120", **env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        named = [p for p in _children(server) if _name(p) == "harness-rank-0"]
+        named = [p for p in [*_children(server), stub.pid] if _name(p) == "harness-rank-0"]
         if named:
             return stub, named[0]
         time.sleep(0.1)
-    raise AssertionError("the forked rank never named itself harness-rank-0")
+    raise AssertionError("the rank never named itself harness-rank-0")
 
 
 def _name(pid: int) -> str:
@@ -113,6 +114,18 @@ def test_a_killed_stub_leaves_no_rank_behind(zygote: tuple[subprocess.Popen[byte
     while Path(f"/proc/{rank}").exists() and rank in _children(server.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert rank not in _children(server.pid), "the rank outlived its stub"
+
+
+def test_a_rank_whose_import_time_environment_differs_runs_in_its_stub(
+        zygote: tuple[subprocess.Popen[bytes], str], tmp_path: Path) -> None:
+    """OpenMP reads OMP_NUM_THREADS when it loads: a rank asking for another value than the zygote loaded with is
+    not forked (it would run with the zygote's), its stub runs it."""
+    server, path = zygote
+    threads = str(int(os.environ.get("OMP_NUM_THREADS") or 2) + 1)
+    stub, rank = _blocked_rank(server.pid, path, tmp_path, OMP_NUM_THREADS=threads)
+    assert rank == stub.pid and rank not in _children(server.pid)
+    stub.kill()
+    stub.wait(timeout=30)
 
 
 def test_without_a_zygote_the_stub_runs_the_rank_itself(tmp_path: Path) -> None:

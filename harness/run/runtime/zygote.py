@@ -60,7 +60,7 @@ def stub(path: str, argv: list[str]) -> None:
         socket.send_fds(sock, [HEADER.pack(len(body))], [0, 1, 2])
         sock.sendall(body)
         answer = _recv_line(sock)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: not the zygote's answer
         answer = None
     if answer is None:  # no zygote, or it failed before forking: this interpreter runs the rank
         sock.close()
@@ -113,6 +113,22 @@ def preload(rank_argv: list[str]) -> None:
         return
     if family in FAMILY_MODULES:
         importlib.import_module(FAMILY_MODULES[family])
+
+
+# Variables a CPU library reads while it loads (OpenMP's thread count, oneMKL's branch, the numerics pin, the
+# allocator, Python's own): a rank whose environment differs from the zygote's in one of them would not be what a
+# fresh interpreter makes, so it runs in its stub's interpreter instead. torchrun's per-worker variables (RANK,
+# TORCHELASTIC_*, ...) and those torch sets for itself on first use (TORCHINDUCTOR_CACHE_DIR) are read later.
+IMPORT_TIME_PREFIXES = ("PYTHON", "OMP_", "KMP_", "GOMP_", "MKL_", "ATEN_", "ONEDNN_", "DNNL_", "OPENBLAS", "NUMEXPR",
+                        "MALLOC", "LD_", "HF_", "TRANSFORMERS", "TOKENIZERS", "HARNESS_CPU_ISA", "HARNESS_ROOT")
+
+
+def import_time_difference(env: dict[str, str], own: dict[str, str]) -> str | None:
+    """The first variable read at import time on which ``env`` and ``own`` differ, else None."""
+    for key in sorted({k for k in (*env, *own) if k.startswith(IMPORT_TIME_PREFIXES)}):
+        if env.get(key) != own.get(key):
+            return key
+    return None
 
 
 def _rank_child(conn: socket.socket, request: dict[str, Any], fds: list[int], inherited: list[int]) -> None:
@@ -173,8 +189,13 @@ def _accept(listener: socket.socket) -> tuple[socket.socket, dict[str, Any], lis
             if not chunk:
                 raise ValueError("a truncated request")
             body += chunk
-        return conn, dict(json.loads(body)), fds
-    except (OSError, ValueError) as err:
+        request = json.loads(body)
+        if not (isinstance(request, dict) and isinstance(request.get("argv"), list) and isinstance(request.get("cwd"), str)
+                and isinstance(request.get("env"), dict)
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in request["env"].items())):
+            raise ValueError("a request without argv, env and cwd")
+        return conn, request, fds
+    except (OSError, ValueError) as err:  # json's errors are ValueErrors
         sys.stderr.write(f"rank zygote: request refused ({err})\n")
         conn.close()  # the stub then runs its rank itself
         return None
@@ -197,6 +218,7 @@ def serve(path: str, rank_argv: list[str]) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     ranks: dict[int, socket.socket] = {}
+    told: set[str] = set()
     serving = True
     while serving or ranks:
         ready, _, _ = select.select([listener, wake_r, sys.stdin] if serving else [wake_r], [], [])
@@ -207,19 +229,35 @@ def serve(path: str, rank_argv: list[str]) -> None:
         if listener in ready:
             got = _accept(listener)
             if got is not None:
-                conn, request, fds = got
-                pid = os.fork()
-                if pid == 0:
-                    _rank_child(conn, request, fds, [listener.fileno(), wake_r, wake_w,
-                                                     *(c.fileno() for c in ranks.values())])
-                for fd in fds:
-                    os.close(fd)
-                ranks[pid] = conn
-                _tell(conn, {"pid": pid})  # a stub gone meanwhile: its rank sees that and ends
+                _start(got, ranks, [listener.fileno(), wake_r, wake_w], told)
         for done, code in reap(ranks):
             _tell(done, {"exit": code})
             done.close()
     listener.close()
+
+
+def _start(request: tuple[socket.socket, dict[str, Any], list[int]], ranks: dict[int, socket.socket],
+           inherited: list[int], told: set[str]) -> None:
+    """Fork the requested rank and tell its stub the pid (``ranks`` gets it); or, when its environment differs from
+    this process's at import time, close the request: the stub then runs the rank itself."""
+    conn, body, fds = request
+    differs = import_time_difference(body["env"], dict(os.environ))
+    if differs:
+        if differs not in told:
+            told.add(differs)
+            sys.stderr.write(f"rank zygote: the ranks' {differs} differs from the zygote's: they run in interpreters "
+                             "of their own\n")
+        conn.close()
+        for fd in fds:
+            os.close(fd)
+        return
+    pid = os.fork()
+    if pid == 0:
+        _rank_child(conn, body, fds, [*inherited, *(c.fileno() for c in ranks.values())])
+    for fd in fds:
+        os.close(fd)
+    ranks[pid] = conn
+    _tell(conn, {"pid": pid})  # a stub gone meanwhile: its rank sees that and ends
 
 
 def reap(children: dict[int, socket.socket]) -> Iterator[tuple[socket.socket, int]]:
