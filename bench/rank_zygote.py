@@ -40,7 +40,7 @@ def bench_recipe(directory: Path) -> Path:
 
 
 def timed_run(recipe: Path, out: Path, steps: int, ranks: int, zygote: bool) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if zygote:
         env.pop("HARNESS_RANK_ZYGOTE", None)
     else:
