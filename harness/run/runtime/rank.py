@@ -48,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
 
 def name_process(rank: str) -> None:
     """``harness-rank-N`` as this process's name (``ps``, ``top``, ``pgrep harness-rank-5``; Linux's
-    ``PR_SET_NAME``): ranks forked by :mod:`harness.run.runtime.agent` share the agent's command line."""
+    ``PR_SET_NAME``): a rank forked by :mod:`harness.run.runtime.zygote` keeps the zygote's command line."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
