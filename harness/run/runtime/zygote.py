@@ -283,7 +283,12 @@ def _tell(conn: socket.socket, message: dict[str, int]) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
-        serve(sys.argv[2], sys.argv[3:])
+        try:
+            serve(sys.argv[2], sys.argv[3:])
+        except (OSError, ImportError) as err:  # e.g. a socket path too long for AF_UNIX: the stubs run their ranks
+            sys.stderr.write(f"notice: rank zygote at {sys.argv[2]}: {err}; the ranks start as interpreters of their "
+                             "own (fix: a shorter TMPDIR)\n")
+            raise SystemExit(1) from None
     elif os.environ.get(ENV):
         stub(os.environ[ENV], sys.argv[1:])
     else:
