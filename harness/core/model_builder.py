@@ -24,6 +24,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from harness.core.typed_recipe import Recipe, TextArch
+from harness.core.vision_attention import use_batched_vision_attention
 from harness.core.vision_cache import image_inputs
 from harness.errors import HarnessError
 from harness.jsonio import TENSOR_INDEX_KEYS, MiB, load_json_strict
@@ -225,9 +226,8 @@ def build_models(cfg: Recipe, token_ids: dict[str, int], device: torch.device, s
     """Actor (trainable) and frozen reference copy, in the recipe's dtype, on ``device``."""
     model_cfg = cfg.model
     dtype = DTYPES[model_cfg.dtype]
-    attn, notes = pick_attention(model_cfg.attn_implementation,
-                                 torch.device("cuda" if cfg.trainer.device == "cuda" else "cpu")
-                                 if device.type == "meta" else device)
+    target = torch.device("cuda" if cfg.trainer.device == "cuda" else "cpu") if device.type == "meta" else device
+    attn, notes = pick_attention(model_cfg.attn_implementation, target)
     experts = EXPERTS.get(cfg.actor_rollout_ref.actor.veomni.moe_implementation)
     if experts == "grouped_mm" and dtype == torch.float64:  # e.g. a baseline's float64 replay-noise run
         experts = "eager"
@@ -255,6 +255,10 @@ def build_models(cfg: Recipe, token_ids: dict[str, int], device: torch.device, s
     if cfg.actor_rollout_ref.model.enable_gradient_checkpointing:
         actor.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     actor.config.use_cache = True
+    runs_on = cfg.trainer.device if device.type == "meta" else device.type  # harness plan: the run's device
+    batched = use_batched_vision_attention(actor) if runs_on == "cpu" else 0  # the same bits, fewer calls
+    if batched:
+        notes = [*notes, f"{batched} vision attention modules batched per image length"]
     ref = None
     if with_ref:
         ref = copy.deepcopy(actor).eval()
