@@ -16,13 +16,13 @@ switched norm on CUDA runs :mod:`harness.core.fused_norm`'s one kernel.
 
 from __future__ import annotations
 
-import types
 from typing import Any, cast
 
 import torch
 from torch import Tensor
 
 from harness.core import fused_norm
+from harness.core.switch import switch_forward
 
 # transformers' RMSNorm classes with the forward above (checked on a sample before use)
 KNOWN = ("Qwen3RMSNorm", "Qwen3MoeRMSNorm", "Qwen3VLTextRMSNorm", "Qwen3VLMoeTextRMSNorm")
@@ -86,15 +86,4 @@ def use_lean_norms(model: torch.nn.Module) -> int:
     Returns how many were switched. Inference (no grad) runs :func:`harness.core.fused_norm.rms_norm` on CUDA
     with Triton, else the class's own forward.
     """
-    checked: dict[type, bool] = {}
-    count = 0
-    for module in model.modules():
-        cls = type(module)
-        if cls.__name__ not in KNOWN or not hasattr(module, "variance_epsilon") or "forward" in vars(module):
-            continue
-        if cls not in checked:
-            checked[cls] = _same_bits(module)
-        if checked[cls]:
-            module.forward = types.MethodType(_lean_forward, module)
-            count += 1
-    return count
+    return switch_forward(model, KNOWN, _same_bits, _lean_forward, lambda module: hasattr(module, "variance_epsilon"))

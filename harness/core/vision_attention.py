@@ -23,11 +23,12 @@ images does not vouch for a batch of a hundred, and the GPU baselines are judged
 from __future__ import annotations
 
 import sys
-import types
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from harness.core.switch import switch_forward
 
 KNOWN = ("Qwen3VLMoeVisionAttention", "Qwen3VLVisionAttention")
 BATCHED_KERNELS = ("sdpa",)
@@ -106,17 +107,8 @@ def _same_bits(module: Any) -> bool:
 def use_batched_vision_attention(model: torch.nn.Module) -> int:
     """Switch ``model``'s vision attention modules (of :data:`KNOWN` classes that pass the check) to the batched
     forward. Returns how many were switched."""
-    checked: dict[type, bool] = {}
-    count = 0
-    for module in model.modules():
-        cls = type(module)
-        if cls.__name__ not in KNOWN or "forward" in vars(module) or not hasattr(module, "qkv"):
-            continue
-        if not hasattr(sys.modules[cls.__module__], "apply_rotary_pos_emb_vision"):
-            continue
-        if cls not in checked:
-            checked[cls] = _same_bits(module)
-        if checked[cls]:
-            module.forward = types.MethodType(_batched_forward, module)
-            count += 1
-    return count
+    return switch_forward(model, KNOWN, _same_bits, _batched_forward, _applies)
+
+
+def _applies(module: Any) -> bool:
+    return hasattr(module, "qkv") and hasattr(sys.modules[type(module).__module__], "apply_rotary_pos_emb_vision")
