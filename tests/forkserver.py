@@ -10,7 +10,7 @@ handlers) and exits; the server reports the exit status.
 
 A command runs as a real ``python -m harness`` process instead (same arguments and result) when its environment
 differs from the server's in a variable a library reads while it loads (the numerics pin, OpenMP/MKL settings,
-``PYTHON*``, ``HARNESS_ROOT`` …: :func:`_import_time`), when the server cannot be started, or when
+``PYTHON*``, ``HARNESS_ROOT`` …: :data:`IMPORT_TIME_PREFIXES`), when the server cannot be started, or when
 ``HARNESS_TEST_FORK=0``. Tests that signal a run, or check the entry point itself, start their own processes.
 """
 
@@ -31,10 +31,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from harness.run.runtime import zygote
+
 ROOT = Path(__file__).resolve().parents[1]
-IMPORT_TIME_PREFIXES = ("PYTHON", "OMP_", "KMP_", "GOMP_", "MKL_", "ATEN_", "ONEDNN_", "DNNL_", "TORCH", "CUDA",
-                        "LD_", "HF_", "TRANSFORMERS", "TOKENIZERS", "OPENBLAS", "NUMEXPR", "MALLOC")
-IMPORT_TIME_NAMES = ("HARNESS_ROOT", "HARNESS_CPU_ISA")
+# The rank zygote's list (harness.run.runtime.zygote), and TORCH* / CUDA*: torchrun sets some per worker, but a test's
+# `harness` command is no rank, and a test that sets one means it to be read when torch loads.
+IMPORT_TIME_PREFIXES = (*zygote.IMPORT_TIME_PREFIXES, "TORCH", "CUDA")
 START_TIMEOUT_S = 300.0
 # Modules every training command (run, record-baseline's seeds, certify) imports anyway, loaded once by the server.
 # Nothing more: a forked child's resident memory, which a CPU run's memory check reads, must be a real process's.
@@ -42,22 +44,14 @@ PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "transformers
            "harness.cli", "harness.commands.run", "harness.run.runner", "harness.core.trainer")
 
 
-def _import_time(env: dict[str, str]) -> set[str]:
-    return {k for k in env if k.startswith(IMPORT_TIME_PREFIXES) or k in IMPORT_TIME_NAMES}
-
-
 def _mismatch(env: dict[str, str], server_env: dict[str, str]) -> str | None:
     """The first variable read at import time on which ``env`` and the server's environment differ, else None."""
-    for key in sorted(_import_time(env) | _import_time(server_env)):
-        if env.get(key) != server_env.get(key):
-            return key
-    return None
+    return zygote.import_time_difference(env, server_env, IMPORT_TIME_PREFIXES)
 
 
 # ----------------------------------------------------------------------------------------------- the server
 def serve(path: str, parent: int) -> None:
     from harness import numerics
-    from harness.run.runtime.zygote import reap  # the product's rank zygote reaps its children the same way
 
     numerics.apply_env()  # before torch loads, as the entry point does
     import importlib
@@ -98,7 +92,7 @@ def serve(path: str, parent: int) -> None:
                 os.close(fd)
             conn.send(f"{pid}".encode())
             waiting[pid] = conn
-        for conn, code in reap(waiting):
+        for conn, code in zygote.reap(waiting):  # the product's rank zygote reaps its children the same way
             with contextlib.suppress(OSError):
                 conn.send(f"{code}".encode())
             conn.close()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import forkserver
+import procs
 import pytest
 
 from harness.paths import RECIPES_DIR
@@ -97,21 +98,6 @@ def test_processes_match_one(tmp_path: Path, agg_mode: str, nproc: int, mini: in
         in manifest["overrides"]
 
 
-def _descendants(pid: int) -> list[int]:
-    try:
-        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-    return children + [d for c in children for d in _descendants(c)]
-
-
-def _name(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
 def test_killed_rank_fails_the_run_fast(tmp_path: Path) -> None:
     """A rank of a simulated 8-GPU node killed mid-run: the run fails within a minute, naming that rank."""
     recipe = _recipe(tmp_path, "dp_kill", "token-mean", dtype="float32", warm_start_steps=None)
@@ -125,7 +111,7 @@ def test_killed_rank_fails_the_run_fast(tmp_path: Path) -> None:
     while time.time() < deadline and not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
         time.sleep(0.5)
     assert metrics.is_file(), "the run never wrote a step"
-    ranks = {pid: _name(pid) for pid in _descendants(proc.pid)}  # the ranks name themselves harness-rank-N
+    ranks = {pid: procs.name(pid) for pid in procs.descendants(proc.pid)}  # the ranks name themselves harness-rank-N
     victim = next((pid for pid, name in ranks.items() if name == "harness-rank-5"), None)
     assert victim is not None, f"rank 5 not found among this run's processes {ranks}"
     killed_at = time.time()

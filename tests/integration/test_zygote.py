@@ -17,19 +17,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import procs
 import pytest
 
 from harness.run.runtime.zygote import ENV
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 def _free_port() -> int:
@@ -70,7 +64,7 @@ def test_a_forked_ranks_output_and_exit_code_are_the_stubs(zygote: tuple[subproc
     proc = _stub(path, "qwen3_vl_30b", "--profile", "cpu", "--scale", "smoke", "--out", "x", "--no-such-option")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "unrecognized arguments: --no-such-option" in err and not out
-    assert server.poll() is None and _children(server.pid) == []  # the ranks were reaped
+    assert server.poll() is None and procs.children(server.pid) == []  # the ranks were reaped
 
 
 def _blocked_rank(server: int, path: str, tmp_path: Path, **env: str) -> tuple[subprocess.Popen[str], int]:
@@ -82,18 +76,11 @@ def _blocked_rank(server: int, path: str, tmp_path: Path, **env: str) -> tuple[s
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=port, HARNESS_COLLECTIVE_TIMEOUT_S="120", **env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        named = [p for p in [*_children(server), stub.pid] if _name(p) == "harness-rank-0"]
+        named = [p for p in [*procs.children(server), stub.pid] if procs.name(p) == "harness-rank-0"]
         if named:
             return stub, named[0]
         time.sleep(0.1)
     raise AssertionError("the rank never named itself harness-rank-0")
-
-
-def _name(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
 
 
 def test_a_killed_rank_kills_its_stub_with_the_same_signal(zygote: tuple[subprocess.Popen[bytes], str],
@@ -111,9 +98,9 @@ def test_a_killed_stub_leaves_no_rank_behind(zygote: tuple[subprocess.Popen[byte
     stub.kill()  # what torchrun's agent does to a worker that outlives its grace period
     stub.wait(timeout=30)
     deadline = time.monotonic() + 30
-    while Path(f"/proc/{rank}").exists() and rank in _children(server.pid) and time.monotonic() < deadline:
+    while Path(f"/proc/{rank}").exists() and rank in procs.children(server.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert rank not in _children(server.pid), "the rank outlived its stub"
+    assert rank not in procs.children(server.pid), "the rank outlived its stub"
 
 
 def test_a_rank_whose_import_time_environment_differs_runs_in_its_stub(
@@ -123,7 +110,7 @@ def test_a_rank_whose_import_time_environment_differs_runs_in_its_stub(
     server, path = zygote
     threads = str(int(os.environ.get("OMP_NUM_THREADS") or 2) + 1)
     stub, rank = _blocked_rank(server.pid, path, tmp_path, OMP_NUM_THREADS=threads)
-    assert rank == stub.pid and rank not in _children(server.pid)
+    assert rank == stub.pid and rank not in procs.children(server.pid)
     stub.kill()
     stub.wait(timeout=30)
 

@@ -123,9 +123,11 @@ IMPORT_TIME_PREFIXES = ("PYTHON", "OMP_", "KMP_", "GOMP_", "MKL_", "ATEN_", "ONE
                         "MALLOC", "LD_", "HF_", "TRANSFORMERS", "TOKENIZERS", "HARNESS_CPU_ISA", "HARNESS_ROOT")
 
 
-def import_time_difference(env: dict[str, str], own: dict[str, str]) -> str | None:
-    """The first variable read at import time on which ``env`` and ``own`` differ, else None."""
-    for key in sorted({k for k in (*env, *own) if k.startswith(IMPORT_TIME_PREFIXES)}):
+def import_time_difference(env: dict[str, str], own: dict[str, str],
+                           prefixes: tuple[str, ...] = IMPORT_TIME_PREFIXES) -> str | None:
+    """The first variable read at import time (a name starting with one of ``prefixes``) on which ``env`` and
+    ``own`` differ, else None."""
+    for key in sorted({k for k in (*env, *own) if k.startswith(prefixes)}):
         if env.get(key) != own.get(key):
             return key
     return None
