@@ -62,11 +62,9 @@ def _batched_forward(self: Any, hidden_states: Tensor, cu_seqlens: Tensor,
     outs, start = [], 0
     for n, length in _runs((cu_seqlens[1:] - cu_seqlens[:-1]).tolist()):
         end = start + n * length
-
-        def batch(t: Tensor, start: int = start, end: int = end, n: int = n, length: int = length) -> Tensor:
-            return t[start:end].reshape(n, length, heads, -1).transpose(1, 2)  # (images, heads, length, head_dim)
-
-        out, _ = attend(self, batch(q), batch(k), batch(v), attention_mask=None, scaling=self.scaling,
+        # each of q, k, v as (images, heads, length, head_dim)
+        qb, kb, vb = (t[start:end].reshape(n, length, heads, -1).transpose(1, 2) for t in (q, k, v))
+        out, _ = attend(self, qb, kb, vb, attention_mask=None, scaling=self.scaling,
                         dropout=0.0 if not self.training else self.attention_dropout, is_causal=False, **kwargs)
         outs.append(out.reshape(end - start, -1))  # (images, length, heads, head_dim) -> rows
         start = end
