@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Mapping
 from typing import Any
 
 PIN_VARIABLE = "HARNESS_CPU_ISA"
@@ -111,13 +112,22 @@ def apply_env() -> None:
     Values already in the environment win (a user may pin differently); what was in effect is
     recorded by :func:`describe`.
     """
-    level = requested_level()
-    if level == "native" or not supported(level)[0]:
-        return
-    for key, value in LEVELS[level].items():
+    for key, value in pinned(os.environ).items():
         os.environ.setdefault(key, value)
+
+
+def pinned(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the pin's variables added where it lacks them: what :func:`apply_env` makes of a process's
+    environment (a child started with it imports under the pin it would set for itself)."""
+    out = dict(env)
+    level = (out.get(PIN_VARIABLE) or DEFAULT_LEVEL).strip().lower()
+    if level == "native" or not supported(level)[0]:
+        return out
+    for key, value in LEVELS[level].items():
+        out.setdefault(key, value)
     for key in THREAD_VARIABLES:
-        os.environ.setdefault(key, str(CPU_THREADS))
+        out.setdefault(key, str(CPU_THREADS))
+    return out
 
 
 def activate() -> None:

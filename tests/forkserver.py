@@ -99,7 +99,7 @@ def serve(path: str, parent: int) -> None:
 
 
 def _child(conn: socket.socket, req: dict[str, Any], fds: list[int]) -> None:
-    code: Any = 1
+    code = 1
     try:
         conn.close()
         signal.set_wakeup_fd(-1)
@@ -110,11 +110,7 @@ def _child(conn: socket.socket, req: dict[str, Any], fds: list[int]) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        # fresh text streams on the request's descriptors, as a new interpreter makes them
-        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
-        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", line_buffering=False)
-        sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
-                                      line_buffering=True)
+        zygote.fresh_streams()  # on the request's descriptors, as a new interpreter makes them
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
@@ -124,14 +120,9 @@ def _child(conn: socket.socket, req: dict[str, Any], fds: list[int]) -> None:
 
         code = main(req["args"])
     except SystemExit as exc:
-        code = exc.code
+        code = zygote.exit_code(exc)
     except BaseException:  # noqa: BLE001 - printed as the interpreter would, then exit 1
         traceback.print_exc()
-        code = 1
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):
-        sys.stderr.write(f"{code}\n")
         code = 1
     try:
         atexit._run_exitfuncs()

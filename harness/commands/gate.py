@@ -1,7 +1,8 @@
 """``harness gate``: every recipe at smoke scale on the live profile, judged against its baseline.
 
-Each recipe runs in its own process (``harness run``: a fresh process so that peak memory and
-throughput are its own) into ``<out>/<recipe>/``; the verdicts are collected into a JUnit XML file
+Each recipe runs in its own process (``harness run``, forked by the run zygote of
+:mod:`harness.run.runtime.child`: a process of its own, so that peak memory and throughput are its own) into
+``<out>/<recipe>/``; the verdicts are collected into a JUnit XML file
 (one testcase per check of every verdict, every tier, the replay probe and the candidates included; a
 recipe without a verdict is one failing testcase), a Markdown table (also appended to
 ``$GITHUB_STEP_SUMMARY`` when set) and ``<out>/report.html``. Exit 1 on any regression, refusal,
@@ -84,10 +85,10 @@ def run_one(recipe: str, profile: str, args: argparse.Namespace) -> GateEntry:
     from harness.run.runtime.child import harness_run
     from harness.run.runtime.run_args import RunSpec
 
-    cmd = RunSpec(recipe, profile, args.scale, out=str(run_dir), steps=args.steps, runtime=args.runtime, quiet=True,
-                  tier=args.tier, baseline=str(bpath), simulate=args.simulate, nnodes=args.nnodes).run_args()
+    spec = RunSpec(recipe, profile, args.scale, out=str(run_dir), steps=args.steps, runtime=args.runtime, quiet=True,
+                   tier=args.tier, baseline=str(bpath), simulate=args.simulate, nnodes=args.nnodes)
     print(f"gate: {recipe} ...", file=sys.stderr, flush=True)
-    proc = harness_run(cmd, capture_output=True)
+    proc = harness_run(spec, capture_output=True)
     vpath = run_dir / "verdict.json"
     if vpath.is_file():
         from harness.records.base import read

@@ -49,10 +49,10 @@ def rollouts_path(baseline_path: Path) -> Path:
     return baseline_path.with_name(baseline_path.stem + ".rollouts.npz")
 
 
-def _child(cmd: list[str], run_dir: Path, what: str, progress: bool) -> None:
+def _child(spec: RunSpec, run_dir: Path, what: str, progress: bool) -> None:
     from harness.run.runtime.child import harness_run
 
-    proc = harness_run(cmd, stdout=None if progress else subprocess.DEVNULL,
+    proc = harness_run(spec, stdout=None if progress else subprocess.DEVNULL,
                        stderr=None if progress else subprocess.PIPE)
     if proc.returncode != 0:
         last = ((proc.stderr or "").strip().splitlines() or [f"exit {proc.returncode}"])[-1]
@@ -82,10 +82,10 @@ def _seed_runs(primary: Any, profile: str, scale: str, seeds: int, steps: int | 
                                "not be a solo run's", key_path="--profile",
                                fix="record when nothing else runs on the device (nvidia-smi shows none)")
         log(f"record-baseline: seed {base_seed + k} ({k + 1}/{seeds}) -> {dirs[k]}")
-        cmd = RunSpec(str(primary.path), profile, scale, out=str(dirs[k]), steps=steps or None,
-                      overrides=(f"seed={base_seed + k}",) if k else (), runtime="local", stage="train",
-                      quiet=not (progress and jobs == 1)).run_args()
-        _child(cmd, dirs[k], f"seed {base_seed + k} run", progress and jobs == 1)
+        spec = RunSpec(str(primary.path), profile, scale, out=str(dirs[k]), steps=steps or None,
+                       overrides=(f"seed={base_seed + k}",) if k else (), runtime="local", stage="train",
+                       quiet=not (progress and jobs == 1))
+        _child(spec, dirs[k], f"seed {base_seed + k} run", progress and jobs == 1)
 
     with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for fut in [pool.submit(one, k) for k in range(seeds)]:
@@ -100,10 +100,10 @@ def replay_noise(primary: Any, profile: str, scale: str, baseline_path: Path, do
     rollouts = doc[ROLLOUTS_KEY]
     log(f"record-baseline: replay noise ({rollouts['perturbation']}) -> {run_dir}")
     horizon = min(doc["steps"], DEFAULT_POLICY.replay.horizon_steps)  # only these steps are gated
-    cmd = RunSpec(str(primary.path), profile, scale, out=str(run_dir), steps=horizon, overrides=("model.dtype=float64",),
-                  runtime="local", stage="train", tier=REPLAY.name, baseline=str(baseline_path),
-                  quiet=not progress).run_args()
-    _child(cmd, run_dir, "replay-noise run", progress)
+    spec = RunSpec(str(primary.path), profile, scale, out=str(run_dir), steps=horizon, overrides=("model.dtype=float64",),
+                   runtime="local", stage="train", tier=REPLAY.name, baseline=str(baseline_path),
+                   quiet=not progress)
+    _child(spec, run_dir, "replay-noise run", progress)
     replayed = load_series(run_dir)
     noise: dict[str, list[float | None]] = {}
     for name in rollouts["metrics"]:

@@ -37,10 +37,10 @@ def metric_mismatch(a: list[dict[str, Any]], b: list[dict[str, Any]],
     return None
 
 
-def _harness(args: list[str], env: dict[str, str], timeout: float) -> Any:
+def _harness(spec: RunSpec, env: dict[str, str], timeout: float) -> Any:
     from harness.run.runtime.child import harness_run
 
-    return harness_run(args, env=env, capture_output=True, timeout=timeout)
+    return harness_run(spec, env=env, capture_output=True, timeout=timeout)
 
 
 def checkpoint_bytes(config: dict[str, Any]) -> int | None:
@@ -107,10 +107,10 @@ def ckpt_resume_check(res: Resolved, workdir: Path, steps: int, *, nproc: int = 
             raise HarnessError(f"ckpt-resume: the {what} run exited {proc.returncode}: {tail}", file=str(workdir),
                                fix="run the same `harness run` by hand to see why", exit_code=EXIT_FINDINGS)
 
-    must(_harness(straight_spec.run_args(), {}, timeout_s), "straight")
-    must(_harness(saving.with_(out=str(resumed)).run_args(), {"HARNESS_STOP_AFTER_STEP": str(half)}, timeout_s),
+    must(_harness(straight_spec, {}, timeout_s), "straight")
+    must(_harness(saving.with_(out=str(resumed)), {"HARNESS_STOP_AFTER_STEP": str(half)}, timeout_s),
          "interrupted", (128 + int(signal.SIGTERM),))
-    must(_harness(saving.with_(resume=str(resumed)).run_args(), {}, timeout_s), "resumed")
+    must(_harness(saving.with_(resume=str(resumed)), {}, timeout_s), "resumed")
     mismatch = metric_mismatch(read_metrics(straight / "metrics.jsonl"), read_metrics(resumed / "metrics.jsonl"))
     return {"pass": mismatch is None, "steps": steps, "first_mismatch": mismatch, "straight": str(straight),
             "resumed": str(resumed), "save_freq": save_freq}

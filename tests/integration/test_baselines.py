@@ -22,6 +22,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import procs
 import pytest
 from baseline_runs import NON_NUMERIC, RECIPE, ROOT, env, failed, harness, sha, tree_hashes
 
@@ -240,7 +241,8 @@ def test_report_rerenders(work: Path, gate: dict[str, Any]) -> None:
 
 
 # ----------------------------------------------------------------------------- kill -9
-def _start_and_kill(work: Path, args: list[str], watch: Path) -> None:
+def _start_and_kill(work: Path, args: list[str], watch: Path) -> list[str]:
+    """Start ``harness ARGS``, SIGKILL it once ``watch`` has a line; the names of its descendants at that moment."""
     proc = subprocess.Popen([sys.executable, "-m", "harness", *args], env=env(), cwd=work,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -249,9 +251,11 @@ def _start_and_kill(work: Path, args: list[str], watch: Path) -> None:
             assert proc.poll() is None, "finished before it could be killed"
             assert time.monotonic() < deadline, "no metrics line appeared"
             time.sleep(0.2)
+        names = [procs.name(pid) for pid in procs.descendants(proc.pid)]
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
+    return names
 
 
 def test_kill_9_during_a_run(work: Path, recorded: dict[str, Path]) -> None:
@@ -274,11 +278,12 @@ def test_kill_9_during_a_run(work: Path, recorded: dict[str, Path]) -> None:
 
 def test_kill_9_during_record_baseline_leaves_no_baseline(work: Path) -> None:
     out = work / "killed-baseline" / "b.json"
-    _start_and_kill(work, ["record-baseline", RECIPE, "--profile", "cpu", "--seeds", "2", "--steps", str(STEPS),
-                           "--out", str(out), "--runs-dir", str(work / "killed-rb"), "--quiet"],
-                    work / "killed-rb" / "seed-42" / "metrics.jsonl")
+    names = _start_and_kill(work, ["record-baseline", RECIPE, "--profile", "cpu", "--seeds", "2", "--steps",
+                                   str(STEPS), "--out", str(out), "--runs-dir", str(work / "killed-rb"), "--quiet"],
+                            work / "killed-rb" / "seed-42" / "metrics.jsonl")
+    assert "harness-run" in names, names  # the seed's run was forked by the run zygote (harness/run/runtime/child.py)
     assert not out.parent.exists() or not any(out.parent.iterdir())
-    # and its seed's run, a child process, does not train on unseen: it stops after the step, interrupted
+    # and its seed's run, forked, does not train on unseen once its stub is gone: it stops after the step, interrupted
     manifest, deadline = work / "killed-rb" / "seed-42" / "manifest.json", time.monotonic() + 120
     while (status := load_json_strict(manifest)["status"]) == "running" and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -266,7 +266,8 @@ def test_resume_check_keeps_one_checkpoint_when_two_do_not_fit(tmp_path, monkeyp
     straight run never writes one; an explicit trainer.save_freq wins."""
     calls: list[list[str]] = []
 
-    def fake(args, env, timeout):
+    def fake(spec, env, timeout):
+        args = spec.run_args()
         calls.append(args)
         out = Path(args[args.index("--out") + 1] if "--out" in args else args[args.index("--resume") + 1])
         out.mkdir(parents=True, exist_ok=True)

@@ -47,16 +47,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def name_process(rank: str) -> None:
-    """``harness-rank-N`` as this process's name (``ps``, ``top``, ``pgrep harness-rank-5``; Linux's
-    ``PR_SET_NAME``): a rank forked by :mod:`harness.run.runtime.zygote` keeps the zygote's command line."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
+    """``harness-rank-N`` as this process's name (``ps``, ``top``, ``pgrep harness-rank-5``): a rank forked by
+    :mod:`harness.run.runtime.zygote` keeps the zygote's command line."""
+    from harness.run.runtime.prctl import set_name
 
-    try:
-        ctypes.CDLL(None).prctl(15, f"harness-rank-{rank}".encode()[:15], 0, 0, 0)  # 15: PR_SET_NAME
-    except (OSError, AttributeError):
-        pass
+    set_name(f"harness-rank-{rank}")
 
 
 @record

@@ -1,4 +1,5 @@
-"""CPU ranks forked from one process that has imported torch, transformers and the model code once.
+"""CPU ranks (and ``harness run`` children) forked from one process that has imported torch, transformers and the
+model code once.
 
 A fresh interpreter spends its first ~4.5 s (2-core AMD EPYC) importing what a rank needs before it does anything:
 most of a short CPU rank's work, paid by every rank (16 of them for a simulated 16-NPU node). For the cpu profile and
@@ -14,10 +15,16 @@ failure report and error files see what they saw with the rank as its own proces
 ``harness-rank-N`` and dies with its stub (a killed stub leaves no rank behind). Without ``HARNESS_RANK_ZYGOTE``, or
 when the zygote is gone or fails before answering, the stub runs the rank in its own interpreter instead;
 ``HARNESS_RANK_ZYGOTE=off`` in the launcher's environment starts no zygote (every rank imports for itself).
+
+The same machinery forks the ``harness run`` children of record-baseline, the gate and ckpt-resume from a **run
+zygote** (:mod:`harness.run.runtime.child`): there a child whose stub is gone stops as on SIGTERM, after its step,
+with a checkpoint (its output going to /dev/null), where a rank dies at once (:class:`Kind`).
 """
 
 from __future__ import annotations
 
+import atexit
+import io
 import json
 import os
 import select
@@ -26,8 +33,9 @@ import socket
 import struct
 import sys
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 ENV = "HARNESS_RANK_ZYGOTE"  # the zygote's socket, set by the launcher for torchrun's workers
 HEADER = struct.Struct("!I")  # the request's length, sent with the three standard streams
@@ -51,12 +59,15 @@ def _in_process(argv: list[str]) -> None:
     exit_now(main(argv) or 0)
 
 
-def stub(path: str, argv: list[str]) -> None:
-    """Have the zygote at ``path`` fork this rank and end as it ends; run it here when there is no zygote."""
+def stub(path: str, argv: list[str], env: dict[str, str] | None = None,
+         fallback: Callable[[list[str]], None] = _in_process) -> None:
+    """Have the zygote at ``path`` fork this rank (or run: ``env`` is the environment it gets, default this
+    process's) and end as it ends; ``fallback(argv)`` runs it here when there is no zygote."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        body = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+        body = json.dumps({"argv": argv, "env": dict(os.environ) if env is None else env,
+                           "cwd": os.getcwd()}).encode()
         socket.send_fds(sock, [HEADER.pack(len(body))], [0, 1, 2])
         sock.sendall(body)
         answer = _recv_line(sock)
@@ -64,7 +75,7 @@ def stub(path: str, argv: list[str]) -> None:
         answer = None
     if answer is None:  # no zygote, or it failed before forking: this interpreter runs the rank
         sock.close()
-        _in_process(argv)
+        fallback(argv)
         return
     pid = int(answer["pid"])
 
@@ -133,9 +144,61 @@ def import_time_difference(env: dict[str, str], own: dict[str, str],
     return None
 
 
-def _rank_child(conn: socket.socket, request: dict[str, Any], fds: list[int], inherited: list[int]) -> None:
-    """In the forked child: become the stub's rank, run it, exit with its code (never returns). ``inherited``: the
-    zygote's descriptors this process must not keep (the listener, its wake-up pipe, the other ranks' stubs)."""
+@dataclass(frozen=True)
+class Kind:
+    """What a zygote forks: ``main(argv)`` (its exit code) in each child, ``orphaned()`` when the child's stub is
+    gone (called from a watcher thread), and whether the child runs the ``atexit`` handlers at its end as an
+    interpreter would."""
+
+    name: str
+    main: Callable[[list[str]], int | None]
+    orphaned: Callable[[], None]
+    exit_funcs: bool
+
+
+def _rank_main(argv: list[str]) -> int | None:
+    from harness.run.runtime.rank import main
+
+    return main(argv)
+
+
+def _kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def rank_kind() -> Kind:
+    """torchrun's ranks: a rank whose stub is gone (torchrun killed it) dies at once."""
+    return Kind("rank", _rank_main, _kill_self, exit_funcs=False)
+
+
+def fresh_streams() -> None:
+    """Text streams on descriptors 0-2 as a new interpreter makes them: stdout line-buffered only on a terminal,
+    stderr line-buffered (the forking process's buffers are not carried over)."""
+    streams = {"stdin": io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8"),
+               "stdout": io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                                          line_buffering=os.isatty(1)),
+               "stderr": io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                          errors="backslashreplace", line_buffering=True)}
+    for name, stream in streams.items():
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def exit_code(err: SystemExit) -> int:
+    """The exit status an interpreter gives ``raise SystemExit(code)`` (a message is printed, status 1)."""
+    if err.code is None:
+        return 0
+    if isinstance(err.code, int):
+        return err.code
+    sys.stderr.write(f"{err.code}\n")
+    return 1
+
+
+def _forked(conn: socket.socket, request: dict[str, Any], fds: list[int], inherited: list[int], kind: Kind
+            ) -> NoReturn:
+    """In the forked child: become the stub's rank or run, run it, exit with its code (never returns).
+    ``inherited``: the zygote's descriptors this process must not keep (the listener, its wake-up pipe, the other
+    children's stubs)."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -147,36 +210,38 @@ def _rank_child(conn: socket.socket, request: dict[str, Any], fds: list[int], in
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
+        if kind.exit_funcs:
+            fresh_streams()
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         sys.argv = [sys.argv[0], *request["argv"]]
 
-        def orphaned() -> None:  # the stub is gone (torchrun killed it): so is its rank
+        def watch() -> None:  # the stub is gone (its caller killed it, or died): so is this child
             try:
                 conn.recv(1)
             finally:
-                os.kill(os.getpid(), signal.SIGKILL)
+                kind.orphaned()
 
-        threading.Thread(target=orphaned, name="stub-watch", daemon=True).start()
-        from harness.run.runtime.rank import main
-
-        code = main(list(request["argv"])) or 0
+        threading.Thread(target=watch, name="stub-watch", daemon=True).start()
+        code = kind.main(list(request["argv"])) or 0
     except SystemExit as err:
-        code = err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
-        if isinstance(err.code, str):
-            sys.stderr.write(err.code + "\n")
-    except BaseException:  # noqa: BLE001 - a rank's uncaught error, printed as the interpreter would print it
+        code = exit_code(err)
+    except BaseException:  # noqa: BLE001 - a child's uncaught error, printed as the interpreter would print it
         import traceback
 
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        try:
+            if kind.exit_funcs:
+                atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code & 0xFF)
 
 
-def _accept(listener: socket.socket) -> tuple[socket.socket, dict[str, Any], list[int]] | None:
+def _accept(listener: socket.socket, kind: Kind) -> tuple[socket.socket, dict[str, Any], list[int]] | None:
     conn, _ = listener.accept()
     try:
         head, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)
@@ -198,68 +263,74 @@ def _accept(listener: socket.socket) -> tuple[socket.socket, dict[str, Any], lis
             raise ValueError("a request without argv, env and cwd")
         return conn, request, fds
     except (OSError, ValueError) as err:  # json's errors are ValueErrors
-        sys.stderr.write(f"rank zygote: request refused ({err})\n")
-        conn.close()  # the stub then runs its rank itself
+        sys.stderr.write(f"{kind.name} zygote: request refused ({err})\n")
+        conn.close()  # the stub then runs its child's work itself
         return None
 
 
-def serve(path: str, rank_argv: list[str]) -> None:
-    """Listen at ``path`` at once (stubs that connect meanwhile wait), preload, then fork a rank per request until
-    the launcher closes this process's stdin and no rank is left."""
-    from harness import numerics
-
-    numerics.apply_env()  # inherited from `harness run` already; set here too when started by hand
+def listen_at(path: str) -> socket.socket:
+    """A Unix socket listening at ``path`` (stubs that connect before the zygote serves wait in its backlog)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(256)
-    preload(rank_argv)
+    return listener
+
+
+def serve(listener: socket.socket, load: Callable[[], None], kind: Kind) -> None:
+    """``load()`` (the imports), then fork a child per request on ``listener`` until the starter closes this
+    process's stdin and no child is left."""
+    from harness import numerics
+
+    numerics.apply_env()  # inherited from `harness run` already; set here too when started by hand
+    load()
     if threading.active_count() > 1:  # a fork copies only the calling thread: never fork a half-copied state
-        raise SystemExit(f"rank zygote: {threading.active_count()} threads after the imports; ranks start on their own")
+        raise SystemExit(f"{kind.name} zygote: {threading.active_count()} threads after the imports; its children "
+                         "start on their own")
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    ranks: dict[int, socket.socket] = {}
+    children: dict[int, socket.socket] = {}
     told: set[str] = set()
     serving = True
-    while serving or ranks:
+    while serving or children:
         ready, _, _ = select.select([listener, wake_r, sys.stdin] if serving else [wake_r], [], [])
         if sys.stdin in ready and not os.read(sys.stdin.fileno(), 4096):
-            serving = False  # the launcher is done: no more ranks will ask
+            serving = False  # the starter is done: no more children will be asked for
         if wake_r in ready:
             os.read(wake_r, 4096)
         if listener in ready:
-            got = _accept(listener)
+            got = _accept(listener, kind)
             if got is not None:
-                _start(got, ranks, [listener.fileno(), wake_r, wake_w], told)
-        for done, code in reap(ranks):
+                _start(got, children, [listener.fileno(), wake_r, wake_w], told, kind)
+        for done, code in reap(children):
             _tell(done, {"exit": code})
             done.close()
     listener.close()
 
 
-def _start(request: tuple[socket.socket, dict[str, Any], list[int]], ranks: dict[int, socket.socket],
-           inherited: list[int], told: set[str]) -> None:
-    """Fork the requested rank and tell its stub the pid (``ranks`` gets it); or, when its environment differs from
-    this process's at import time, close the request: the stub then runs the rank itself."""
+def _start(request: tuple[socket.socket, dict[str, Any], list[int]], children: dict[int, socket.socket],
+           inherited: list[int], told: set[str], kind: Kind) -> None:
+    """Fork the requested child and tell its stub the pid (``children`` gets it); or, when its environment differs
+    from this process's at import time, close the request: the stub then does the work itself."""
     conn, body, fds = request
     differs = import_time_difference(body["env"], dict(os.environ))
     if differs:
         if differs not in told:
             told.add(differs)
-            sys.stderr.write(f"rank zygote: the ranks' {differs} differs from the zygote's: they run in interpreters "
-                             "of their own\n")
+            sys.stderr.write(f"{kind.name} zygote: the {kind.name}s' {differs} differs from the zygote's: they run "
+                             "in interpreters of their own\n")
         conn.close()
         for fd in fds:
             os.close(fd)
         return
     pid = os.fork()
     if pid == 0:
-        _rank_child(conn, body, fds, [*inherited, *(c.fileno() for c in ranks.values())])
+        _forked(conn, body, fds, [*inherited, *(c.fileno() for c in children.values())], kind)
     for fd in fds:
         os.close(fd)
-    ranks[pid] = conn
-    _tell(conn, {"pid": pid})  # a stub gone meanwhile: its rank sees that and ends
+    children[pid] = conn
+    _tell(conn, {"pid": pid})  # a stub gone meanwhile: its child sees that and ends
 
 
 def reap(children: dict[int, socket.socket]) -> Iterator[tuple[socket.socket, int]]:
@@ -286,7 +357,7 @@ def _tell(conn: socket.socket, message: dict[str, int]) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
         try:
-            serve(sys.argv[2], sys.argv[3:])
+            serve(listen_at(sys.argv[2]), lambda: preload(sys.argv[3:]), rank_kind())
         except (OSError, ImportError) as err:  # e.g. a socket path too long for AF_UNIX: the stubs run their ranks
             sys.stderr.write(f"notice: rank zygote at {sys.argv[2]}: {err}; the ranks start as interpreters of their "
                              "own (fix: a shorter TMPDIR)\n")
