@@ -6,10 +6,18 @@ from pathlib import Path
 
 
 def children(pid: int) -> list[int]:
+    """The children of every thread of ``pid`` (a thread's ``children`` file lists those it started)."""
+    out = []
     try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return []
+    for task in tasks:
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:  # the thread ended meanwhile
+            pass
+    return out
 
 
 def descendants(pid: int) -> list[int]:

@@ -39,7 +39,8 @@ def _check_route(ids: torch.Tensor, experts: int) -> None:
     assert torch.equal(offsets, torch.bincount(flat, minlength=experts).cumsum(0).to(torch.int32))
 
 
-@pytest.mark.parametrize("tokens,k,experts", [(1, 1, 4), (5, 2, 6), (128, 8, 128), (700, 8, 128), (33, 3, 17)])
+# 128 x 8 pairs: one tile of 32 chunks' counts; 140 x 8: 35 chunks, two tiles, 128 experts
+@pytest.mark.parametrize("tokens,k,experts", [(1, 1, 4), (5, 2, 6), (128, 8, 128), (140, 8, 128), (33, 3, 17)])
 def test_the_expert_order_is_a_stable_sorts(tokens, k, experts):
     _check_route(_ids(tokens, k, experts, seed=tokens + k), experts)
 
@@ -48,8 +49,8 @@ def test_skewed_routing_and_many_chunks():
     """Empty experts, one expert holding most pairs, and more chunks than one tile of counts (and chunks grown
     past ``CHUNK`` so that there are at most ``MAX_CHUNKS``)."""
     assert fused_moe.CHUNK == 32 and fused_moe.MAX_CHUNKS == 256
-    _check_route(_ids(500, 4, 12, seed=1, skew=True), 12)  # 2,000 pairs: 63 chunks of 32
-    _check_route(_ids(2100, 8, 12, seed=2, skew=True), 12)  # 16,800 pairs: chunks of 128
+    _check_route(_ids(300, 4, 12, seed=1, skew=True), 12)  # 1,200 pairs: 38 chunks of 32, two tiles of counts
+    _check_route(_ids(1040, 8, 12, seed=2, skew=True), 12)  # 8,320 pairs, over 256 x 32: 130 chunks of 64
 
 
 def test_gather_sum_against_the_reference():

@@ -47,6 +47,7 @@ PARENT_PID = "HARNESS_PARENT_PID"  # set by harness_run for its child, read (and
 RUN_ZYGOTE = "HARNESS_RUN_ZYGOTE"  # the run zygote's socket for the stubs; "off" in the caller's environment: none
 # What every `harness run` imports before its first step, whatever its model (the zygote's imports; names, not
 # imports of this module: the command line sits above this layer).
+CLOSE_WAIT_S = 10.0  # at this process's exit: how long to wait for the zygote (its last run may still be stopping)
 PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "harness.cli", "harness.commands.run",
            "harness.run.runner", "harness.core.trainer")
 
@@ -107,7 +108,11 @@ class _Zygote:
 
     def close(self) -> None:
         if self.proc.stdin is not None and not self.proc.stdin.closed:
-            self.proc.stdin.close()  # no more runs will be asked for
+            self.proc.stdin.close()  # no more runs will be asked for: it ends after its last one
+        try:  # reaped here (its and its runs' CPU time count as this process's children's), unless a run goes on
+            self.proc.wait(timeout=CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
         shutil.rmtree(self.home, ignore_errors=True)
 
 
