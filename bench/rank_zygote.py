@@ -48,15 +48,21 @@ def timed_run(recipe: Path, out: Path, steps: int, ranks: int, zygote: bool) -> 
     runtime = ["--runtime", "torchrun", "--nproc-per-node", str(ranks)] if ranks > 1 else ["--runtime", "local"]
     cmd = [sys.executable, "-m", "harness", "run", str(recipe), "--profile", "cpu", "--steps", str(steps), "--out",
            str(out), "--stage", "train", "--quiet", *runtime]
+    proc, wall, cpu = timed(cmd, env)
+    return {"ranks": ranks, "zygote": zygote, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "out": str(out)}
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """Run ``cmd`` in the checkout; (the process, wall seconds, CPU seconds of its whole waited-for tree). Exits
+    with its output when it fails."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"ranks": ranks, "zygote": zygote, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "out": str(out)}
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+    return proc, wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def compare(a: Path, b: Path) -> dict[str, object]:

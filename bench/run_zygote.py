@@ -17,13 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from rank_zygote import compare, machine
+from rank_zygote import compare, machine, timed
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMORY = "perf/max_memory_allocated_gb"
@@ -37,15 +34,8 @@ def timed_gate(recipe: str, out: Path, steps: int, zygote: bool) -> dict[str, ob
         env["HARNESS_RUN_ZYGOTE"] = "off"
     cmd = [sys.executable, "-m", "harness", "gate", "--profile", "cpu", "--recipes", recipe, "--steps", str(steps),
            "--out", str(out)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    proc, wall, cpu = timed(cmd, env)
     rows = [json.loads(line) for line in (out / recipe / "metrics.jsonl").read_text().splitlines()]
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"zygote": zygote, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "out": str(out / recipe),
             "verdict": proc.stdout.splitlines()[0], "peak_memory_gb": max(r[MEMORY] for r in rows if MEMORY in r)}
 

@@ -226,8 +226,10 @@ def build_models(cfg: Recipe, token_ids: dict[str, int], device: torch.device, s
     """Actor (trainable) and frozen reference copy, in the recipe's dtype, on ``device``."""
     model_cfg = cfg.model
     dtype = DTYPES[model_cfg.dtype]
-    target = torch.device("cuda" if cfg.trainer.device == "cuda" else "cpu") if device.type == "meta" else device
-    attn, notes = pick_attention(model_cfg.attn_implementation, target)
+    runs_on = cfg.trainer.device if device.type == "meta" else device.type  # harness plan builds on "meta"
+    # the attention kernel is the run's device's (a plan of an NPU run picks the CPU's: no torch kernels of its own)
+    kernels = device if device.type != "meta" else torch.device("cuda" if runs_on == "cuda" else "cpu")
+    attn, notes = pick_attention(model_cfg.attn_implementation, kernels)
     experts = EXPERTS.get(cfg.actor_rollout_ref.actor.veomni.moe_implementation)
     if experts == "grouped_mm" and dtype == torch.float64:  # e.g. a baseline's float64 replay-noise run
         experts = "eager"
@@ -255,7 +257,6 @@ def build_models(cfg: Recipe, token_ids: dict[str, int], device: torch.device, s
     if cfg.actor_rollout_ref.model.enable_gradient_checkpointing:
         actor.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     actor.config.use_cache = True
-    runs_on = cfg.trainer.device if device.type == "meta" else device.type  # harness plan: the run's device
     batched = use_batched_vision_attention(actor) if runs_on == "cpu" else 0  # the same bits, fewer calls
     if batched:
         notes = [*notes, f"{batched} vision attention modules batched per image length"]
