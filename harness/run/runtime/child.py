@@ -45,9 +45,9 @@ if TYPE_CHECKING:
 
 PARENT_PID = "HARNESS_PARENT_PID"  # set by harness_run for its child, read (and removed) by follow_parent
 RUN_ZYGOTE = "HARNESS_RUN_ZYGOTE"  # the run zygote's socket for the stubs; "off" in the caller's environment: none
+CLOSE_WAIT_S = 10.0  # at this process's exit: how long to wait for the zygote (its last run may still be stopping)
 # What every `harness run` imports before its first step, whatever its model (the zygote's imports; names, not
 # imports of this module: the command line sits above this layer).
-CLOSE_WAIT_S = 10.0  # at this process's exit: how long to wait for the zygote (its last run may still be stopping)
 PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "harness.cli", "harness.commands.run",
            "harness.run.runner", "harness.core.trainer")
 
@@ -175,12 +175,12 @@ def _run_here(argv: list[str]) -> None:
     runpy.run_module("harness", run_name="__main__", alter_sys=True)
 
 
-def _run_forked(argv: list[str]) -> int:
-    """In a forked child of the zygote: ``harness run ARGV``, named ``harness-run`` (``ps``, ``pgrep``)."""
+def _run_forked(argv: list[str]) -> None:
+    """In a forked child of the zygote: ``harness run ARGV``, named ``harness-run`` (``ps``, ``pgrep``); raises
+    SystemExit with the command's code, as the entry point does."""
     set_name("harness-run")
     sys.path[0] = os.getcwd()  # `python -m` puts the working directory first
     _run_here(argv)
-    return 0  # (not reached: the entry point raises SystemExit with the command's code)
 
 
 def _stub(argv: list[str]) -> None:
