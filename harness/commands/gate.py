@@ -132,38 +132,46 @@ def _numbers(c: Check) -> str:
 
 def junit(gate: Gate) -> ET.ElementTree:
     """JUnit XML: one testcase per check (classname ``gate.<profile>.<recipe>``, name ``<group>:<metric>``), a
-    failure with its numbers for each failed one; a recipe whose verdict failed without a failing check (a
-    refusal, a missing baseline, a run that stopped, a warm-start finding) adds one failing ``verdict``
-    testcase with its reasons."""
+    failure with its numbers for each failed one; a whole-run check the judge could not make (throughput on a busy
+    machine, memory across a software change: the verdict's ``unjudged``) is a skipped testcase with why; a recipe
+    whose verdict failed without a failing check (a refusal, a missing baseline, a run that stopped, a warm-start
+    finding) adds one failing ``verdict`` testcase with its reasons."""
     suite = ET.Element("testsuite", name=f"harness-gate-{gate.profile}")
-    n = fails = 0
+    n = fails = skips = 0
     for e in gate.entries:
         cls = f"gate.{gate.profile}.{e.recipe}"
-        cases = [(f"{c.group}:{c.metric}", None if c.passed else (c.detail or c.group, _numbers(c), e.status))
+        cases = [(f"{c.group}:{c.metric}", None if c.passed else ("failure", c.detail or c.group, _numbers(c)))
                  for c in e.all_checks()]
+        cases += [(f"{u.group}:{u.metric}", ("skipped", u.reason, u.reason))
+                  for u in e.unjudged()]
         if e.status != "pass" and all(c.passed for c in e.all_checks()):
             lines = e.reasons or (e.verdict.notices if e.verdict else []) or [e.summary_line]
-            cases.append(("verdict", (lines[0], "\n".join(lines), e.status)))
-        for name, failure in cases:
+            cases.append(("verdict", ("failure", lines[0], "\n".join(lines))))
+        for name, outcome in cases:
             n += 1
             tc = ET.SubElement(suite, "testcase", classname=cls, name=name)
-            if failure is not None:
-                fails += 1
-                message, text, kind = failure
-                f = ET.SubElement(tc, "failure", message=message[:500], type=kind)
-                f.text = text
+            if outcome is not None:
+                tag, message, text = outcome
+                fails += tag == "failure"
+                skips += tag == "skipped"
+                el = ET.SubElement(tc, tag, message=message[:500])
+                if tag == "failure":
+                    el.set("type", e.status)
+                el.text = text
             ET.SubElement(tc, "system-out").text = e.summary_line
     suite.set("tests", str(n))
     suite.set("failures", str(fails))
     suite.set("errors", "0")
-    root = ET.Element("testsuites", tests=str(n), failures=str(fails), errors="0")
+    suite.set("skipped", str(skips))
+    root = ET.Element("testsuites", tests=str(n), failures=str(fails), errors="0", skipped=str(skips))
     root.append(suite)
     ET.indent(root)
     return ET.ElementTree(root)
 
 
 def markdown(gate: Gate) -> str:
-    groups = [g for g in GROUPS if any(g in e.counts() for e in gate.entries)]
+    groups = [g for g in GROUPS if any(g in e.counts() or any(u.group == g for u in e.unjudged())
+                                       for e in gate.entries)]
     ok = bool(gate.entries) and all(e.status == "pass" for e in gate.entries)
     lines = [f"### Gate ({gate.profile}, {gate.scale}): {'✅ pass' if ok else '❌ FAIL'}", "",
              "| recipe | status | tier | " + " | ".join(groups) + " |", "|---" * (3 + len(groups)) + "|"]
@@ -172,7 +180,9 @@ def markdown(gate: Gate) -> str:
         per = e.counts()
         for g in groups:
             got = per.get(g)
-            cells.append("—" if not got else f"{'✅' if not got[1] else '❌'} {got[0] - got[1]}/{got[0]}")
+            skipped = any(u.group == g for u in e.unjudged())
+            cells.append(("⏭️ not judged" if skipped else "—") if not got
+                         else f"{'✅' if not got[1] else '❌'} {got[0] - got[1]}/{got[0]}")
         icon = {"pass": "✅", "fail": "❌"}.get(e.status, "⚠️")
         tier = e.verdict.tier if e.verdict and e.verdict.tier else "—"
         lines.append(f"| {e.recipe} | {icon} {e.status} | {tier} | " + " | ".join(cells) + " |")

@@ -409,6 +409,7 @@ def _judge(run_dir: Path, baseline_path: Path | None, forced: str | None,
     moved = [c.key for c in v.changes if c.blocks_exact] + (["replay run (no sampling)"] if manifest.replay else [])
     v.checks, notices = evaluate(ctx, tiers, throughput=not manifest.replay, memory_differs=moved)
     v.notices += notices
+    v.unjudged = notices.unjudged or None
     if v.tier == STATISTICAL.name:
         needs = Needs(seeds, _add_probe(v, ctx, run_dir, manifest, baseline, used))
     if baseline.environment is None:  # a harness run against another trainer's logs: where they differ

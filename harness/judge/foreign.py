@@ -44,10 +44,13 @@ from harness.judge.summary import failure_reasons
 from harness.judge.tiers import (
     BAND,
     EXACT,
+    MEMORY,
     REPLAY,
     STATISTICAL,
+    THROUGHPUT,
     TIERS,
     Context,
+    Notices,
     applied_with,
     crosscheck,
     throughput_check,
@@ -83,21 +86,20 @@ def choose_tiers(log: TrainerLog, forced: str | None) -> tuple[list[str], str]:
                              "implementation), not replay (a log carries no replayed rollouts)")
 
 
-def _throughput(ctx: Context, profile: dict[str, Any], notices: list[str]) -> list[Check]:
+def _throughput(ctx: Context, profile: dict[str, Any], notices: Notices) -> list[Check]:
     """Tokens/s per device against the reference recorded on the profile's device model, if there is one."""
     refs = ctx.baseline.throughput.references
     if THROUGHPUT_METRIC not in ctx.run:
-        notices.append(f"throughput not checked: the log has no {THROUGHPUT_METRIC}")
-        return []
+        return notices.not_judged(THROUGHPUT, THROUGHPUT_METRIC, f"throughput not checked: the log has no "
+                                  f"{THROUGHPUT_METRIC}")
     model = profile["accelerator"]["model"]
     fits = [r for r in refs if profile["device_type"] != "cpu" and model.lower() in r.device_model.lower()]
     if not fits:
         have = "; ".join(r.device_model for r in refs) or "none recorded"
         why = ("the cpu profile names no CPU model" if profile["device_type"] == "cpu"
                else f"the profile's {model} has no reference")
-        notices.append(f"throughput not comparable: the log does not say which machine ran it and {why} (the "
-                       f"baseline's references: {have})")
-        return []
+        return notices.not_judged(THROUGHPUT, THROUGHPUT_METRIC, f"throughput not comparable: the log does not say "
+                                  f"which machine ran it and {why} (the baseline's references: {have})")
     notices.append(f"throughput per device: the log's {THROUGHPUT_METRIC} against the reference on "
                    f"{fits[0].device_model}, the device model of profile {profile['name']} (the log does not say "
                    "its machine; threads and machine speed are not compared)")
@@ -171,8 +173,12 @@ def _judge_logs(v: Verdict, logs: list[TrainerLog], res: Any, baseline_path: Pat
         v.notices.append(f"statistical: judged on {len(logs)} run(s), the baseline's policy asks for {wanted} (give "
                          "the logs of runs with other seeds with more --log; one run's false-alarm rate is higher)")
     v.checks = [c for t in tiers for c in TIERS[t](ctx)]
-    v.checks += _throughput(ctx, res.profile, v.notices)
-    v.notices.append(f"memory not comparable: peak memory depends on the engine that ran ({log.trainer} here)")
+    found = Notices()
+    v.checks += _throughput(ctx, res.profile, found)
+    found.not_judged(MEMORY, baseline.policy.memory.metric, f"memory not comparable: peak memory depends on the "
+                     f"engine that ran ({log.trainer} here)")
+    v.notices += found
+    v.unjudged = found.unjudged
     if STATISTICAL.name in tiers:
         v.notices.append("statistical: no replay probe, so faults below the seeds' spread go unseen (a log carries "
                          "no rollouts to replay: `harness run` of the recipe adds one)")

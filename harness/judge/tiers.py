@@ -55,7 +55,7 @@ from harness.records.baseline import (
     ThroughputPolicy,
     ThroughputRef,
 )
-from harness.records.verdict import Check, CrossCheck
+from harness.records.verdict import Check, CrossCheck, Unjudged
 from harness.registry import Registry
 
 
@@ -451,23 +451,36 @@ def quantile_name(q: float) -> str:
     return "median" if q == 0.5 else f"p{q * 100:.0f}"
 
 
-def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
+class Notices(list[str]):
+    """The judge's notices, and the whole-run checks it could not make (:class:`Unjudged`, each also a notice)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unjudged: list[Unjudged] = []
+
+    def not_judged(self, group: str, metric: str, why: str) -> list[Check]:
+        """Record that ``group``'s check of ``metric`` was not made, and why; no checks."""
+        self.append(why)
+        self.unjudged.append(Unjudged(group=group, metric=metric, reason=why))
+        return []
+
+
+def throughput_check(ctx: Context, notices: Notices) -> list[Check]:
     pol = ctx.baseline.policy.throughput
     ref, why = throughput_reference(ctx.baseline, ctx.run_env, ctx.run_speed)
     if ref is None:
-        notices.append(why)
-        return []
+        return notices.not_judged(THROUGHPUT, pol.metric, why)
     speed = steady_speed(ctx.run, pol.metric, pol.warmup_steps, ctx.upto)
     vals = speed.values if speed.judgeable else speed.all_values
     if not vals:
-        notices.append(f"throughput not checked: no steady steps (the first {pol.warmup_steps} are warm-up)")
-        return []
+        return notices.not_judged(THROUGHPUT, pol.metric, f"throughput not checked: no steady steps (the first "
+                                  f"{pol.warmup_steps} are warm-up)")
     scale = speed_scale(ctx, ref)
     if scale is not None and scale < MIN_SPEED_SCALE:
-        notices.append(f"throughput not comparable: this machine ran the speed calibration at {scale:.2f}x the "
-                       f"reference machine's ({ref.device_model}), not the same kind of machine — add this "
-                       "machine's with `harness record-baseline … --throughput-only`")
-        return []
+        return notices.not_judged(
+            THROUGHPUT, pol.metric, f"throughput not comparable: this machine ran the speed calibration at "
+            f"{scale:.2f}x the reference machine's ({ref.device_model}), not the same kind of machine — add this "
+            "machine's with `harness record-baseline … --throughput-only`")
     if scale and scale > 1.4:
         notices.append(f"this machine ran the speed calibration at {scale:.2f}x the reference machine's")
     if scale is not None and ref.per_step is not None and ref.speed_index:
@@ -485,8 +498,8 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
     ok = med >= base * (1 - tol)
     if not speed.judgeable:  # measured on a busy machine: above the floor even so is a pass; below says nothing
         if not ok:
-            notices.append(f"throughput not judged: {speed.why_not()} — re-run on an idle machine")
-            return []
+            return notices.not_judged(THROUGHPUT, pol.metric,
+                                      f"throughput not judged: {speed.why_not()} — re-run on an idle machine")
         notices.append(f"throughput passed although {speed.why_not()}")
     if med > ref_value * pol.refresh_ratio:
         notices.append(f"throughput {med:,.0f} tok/s is {med / ref_value:.2f}x the baseline's {ref_value:,.0f}: "
@@ -499,7 +512,7 @@ def throughput_check(ctx: Context, notices: list[str]) -> list[Check]:
 
 
 def per_step_check(pol: ThroughputPolicy, ref: ThroughputRef, per: PerStepThroughput, scaled: list[float],
-                   notices: list[str]) -> list[Check]:
+                   notices: Notices) -> list[Check]:
     """The throughput check on the reference machine's speed, step by step: each steady step's tokens/s times the
     reference's calibration over the sample taken just before that step, against the seeds' same quantity. Where
     the seeds showed that the samples follow a launch-bound run's host (``per_step`` recorded), this separates
@@ -516,11 +529,14 @@ def per_step_check(pol: ThroughputPolicy, ref: ThroughputRef, per: PerStepThroug
     return [make_check(THROUGHPUT, pol.metric, None, value, base, base * tol, ok, len(scaled), [], detail)]
 
 
-def memory_check(ctx: Context) -> list[Check]:
+def memory_check(ctx: Context, notices: Notices) -> list[Check]:
     pol, ref = ctx.baseline.policy.memory, ctx.baseline.memory
     vals = [v for k, v in ctx.run.get(pol.metric, {}).items() if k <= ctx.upto and math.isfinite(v)]
-    if not vals or not ref.seed_values:
-        return []
+    if not ref.seed_values:
+        return notices.not_judged(MEMORY, pol.metric, f"memory not checked: the baseline recorded no {pol.metric} "
+                                  "— re-record it to gate peak memory")
+    if not vals:
+        return notices.not_judged(MEMORY, pol.metric, f"memory not checked: the run reports no finite {pol.metric}")
     peak, base = max(vals), ref.value
     ok = peak <= base * (1 + pol.tolerance)
     detail = f"peak {peak:.3f} GB vs {base:.3f} GB (ceiling +{pol.tolerance * 100:.0f}%)"
@@ -528,10 +544,10 @@ def memory_check(ctx: Context) -> list[Check]:
 
 
 def evaluate(ctx: Context, tiers: list[str], *, throughput: bool = True,
-             memory_differs: list[str] | None = None) -> tuple[list[Check], list[str]]:
+             memory_differs: list[str] | None = None) -> tuple[list[Check], Notices]:
     """Every check of ``tiers`` plus throughput (unless a replay) and memory (unless the environment differs
-    in ways that move it: ``memory_differs``), and notices."""
-    notices: list[str] = []
+    in ways that move it: ``memory_differs``), and notices (with the whole-run checks not made)."""
+    notices = Notices()
     checks = [c for t in tiers for c in TIERS[t](ctx)]
     unrecorded = sorted(n for n in ctx.run if n not in ctx.baseline.metrics and set(metric_tiers(n)) & set(tiers))
     if unrecorded:
@@ -541,10 +557,11 @@ def evaluate(ctx: Context, tiers: list[str], *, throughput: bool = True,
     if throughput:
         checks += throughput_check(ctx, notices)
     else:
-        notices.append("throughput not checked: a replay run does not sample, so its tokens/s are not a rollout's")
+        notices.not_judged(THROUGHPUT, ctx.baseline.policy.throughput.metric, "throughput not checked: a replay run "
+                           "does not sample, so its tokens/s are not a rollout's")
     if memory_differs:
-        notices.append("memory not comparable: peak memory depends on the software and device that ran; differs: "
-                       + "; ".join(memory_differs))
+        notices.not_judged(MEMORY, ctx.baseline.policy.memory.metric, "memory not comparable: peak memory depends "
+                           "on the software and device that ran; differs: " + "; ".join(memory_differs))
     else:
-        checks += memory_check(ctx)
+        checks += memory_check(ctx, notices)
     return checks, notices

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from harness.records.base import PROFILE_NAME, RECIPE_NAME, Record, field
-from harness.records.verdict import Check, Verdict
+from harness.records.verdict import Check, Unjudged, Verdict
 
 
 class GateEntry(Record):
@@ -25,6 +25,10 @@ class GateEntry(Record):
         """Every check of the recipe: its verdict's (every tier, the replay probe's and the candidates' included),
         then the gate's own."""
         return [*(self.verdict.checks if self.verdict else []), *self.checks]
+
+    def unjudged(self) -> list[Unjudged]:
+        """The whole-run checks its verdict could not make (each with why)."""
+        return (self.verdict.unjudged or []) if self.verdict else []
 
     def counts(self) -> dict[str, tuple[int, int]]:
         """Per check group: (checks, failed)."""

@@ -35,6 +35,14 @@ class Check(Record):
     detail: str = field("One line explaining the numbers.", min_length=0)
 
 
+class Unjudged(Record):
+    """A whole-run check the judge could not make on this run, and why (JUnit: a skipped testcase)."""
+
+    group: CheckGroup = field("Check group (throughput or memory).")
+    metric: str = field("The metric it would have judged.", min_length=1)
+    reason: str = field("Why it was not judged, and what makes it judgeable (also among the notices).", min_length=1)
+
+
 class GroupCount(Record):
     """Counts of one group."""
 
@@ -121,6 +129,9 @@ class Verdict(Record):
     changes: list[Change] = field("Every environment difference between the baseline and the run.")
     counts: dict[str, GroupCount] = field("Per check group: checks and failures.")
     checks: list[Check] = field("Every check.")
+    unjudged: list[Unjudged] | SkipJsonSchema[None] = optional(
+        "Whole-run checks not made on this run, each with why: throughput on a busy machine or on another kind of "
+        "machine, memory across a software change, a replay's tokens/s.", min_length=1)
     candidates: list[Candidate] | SkipJsonSchema[None] = optional(
         "Runs of other seeds judged with this one by the statistical tier (their median).")
     replay_probe: ProbeJudged | None | SkipJsonSchema[None] = optional(

@@ -370,6 +370,8 @@ def test_throughput_from_another_device_model_is_a_notice_never_a_fail():
     assert not _by(checks, "throughput")
     assert any(n.startswith("throughput not comparable: Other CPU (2 threads) vs Test CPU (2 threads)")
                for n in notices)
+    (skip,) = [u for u in notices.unjudged if u.group == "throughput"]  # a skipped testcase in JUnit, with why
+    assert skip.metric == "perf/throughput" and skip.reason.startswith("throughput not comparable: Other CPU")
     threads = {"machine": {"device_model": MODEL}, "software": {"threads": 8}}
     assert not _by(ev(slow, base, [], STEPS, env=threads)[0], "throughput")
     assert not _by(ev(slow, base, [], STEPS)[0], "throughput")[0].passed  # same model and threads: a 10x slowdown fails
@@ -380,6 +382,7 @@ def test_memory_is_not_compared_across_software_or_devices():
     run = {"perf/max_memory_allocated_gb": {1: 0.6}}
     checks, notices = T.evaluate(T.Context(run, typed.baseline(base), 1, None), [], memory_differs=["torch"])
     assert not _by(checks, "memory") and any(n.startswith("memory not comparable") and "torch" in n for n in notices)
+    assert [u.metric for u in notices.unjudged if u.group == "memory"] == ["perf/max_memory_allocated_gb"]
     assert not _by(T.evaluate(T.Context(run, typed.baseline(base), 1, None), [])[0], "memory")[0].passed
 
 
@@ -465,8 +468,11 @@ def test_a_busy_machine_gets_no_throughput_verdict_but_a_slow_idle_one_fails():
     checks, notices = ev(run(600.0, set(range(1, STEPS + 1))), base, [], STEPS)
     assert not _by(checks, "throughput")
     assert any(n.startswith("throughput not judged: other work took the CPUs in") and "45%" in n for n in notices)
+    assert [u.reason for u in notices.unjudged if u.group == "throughput"] == [
+        n for n in notices if n.startswith("throughput not judged")]
     checks, notices = ev(run(950.0, set(range(1, STEPS + 1))), base, [], STEPS)  # busy, yet above the floor
     assert _by(checks, "throughput")[0].passed and any(n.startswith("throughput passed although") for n in notices)
+    assert not [u for u in notices.unjudged if u.group == "throughput"]
     slow = _by(ev(run(600.0, set()), base, [], STEPS)[0], "throughput")
     assert slow and not slow[0].passed, "uncontended and 40% slower: a regression"
     few = run(1000.0, {7, 8})

@@ -21,8 +21,10 @@ import pytest
 from harness.commands.gate import junit, markdown
 from harness.judge import tiers as T
 from harness.judge.compare import new_verdict, seal
+from harness.records.base import dump
 from harness.records.gate import Gate, GateEntry
-from harness.records.verdict import Candidate, ProbeJudged, RunJudged
+from harness.records.verdict import Candidate, ProbeJudged, RunJudged, Unjudged
+from harness.schema import schema_errors
 
 PKG = Path(__file__).resolve().parents[2] / "harness"
 
@@ -130,6 +132,21 @@ def test_a_passing_gate_has_no_failure_and_a_refusal_is_one_failing_testcase():
     assert len(cases) == 3 and [c.name for c in cases if not c.is_passed] == ["verdict"]
     assert "refused" in markdown(_gate(ok, refused)) and "❌ FAIL" in markdown(_gate(ok, refused))
     assert "✅ pass" in markdown(_gate(ok))
+
+
+def test_a_check_the_judge_could_not_make_is_a_skipped_testcase_with_why():
+    """A throughput check left unjudged (a busy machine) is neither a pass nor a silent absence in JUnit."""
+    why = "throughput not judged: other work took the CPUs in 12 of 12 steady steps (45%) — re-run on an idle machine"
+    v = _verdict(T.EXACT, [_check(T.EXACT.name, "m", True), _check(T.MEMORY, "perf/max_memory_allocated_gb", True)])
+    v = v.model_copy(update={"unjudged": [Unjudged(group=T.THROUGHPUT, metric="perf/throughput", reason=why)]})
+    assert schema_errors(dump(v), "verdict") == []
+    xml = _read(_gate(v))
+    suite = next(iter(xml))
+    assert (suite.tests, suite.failures, suite.skipped) == (3, 0, 1)
+    (skipped,) = [c for c in _cases(xml) if c.is_skipped]
+    assert skipped.name == "throughput:perf/throughput" and skipped.result[0].message == why
+    md = markdown(_gate(v))
+    assert "| throughput |" in md and "⏭️ not judged" in md and "✅ pass" in md
 
 
 def test_a_new_tier_appears_in_junit_and_markdown_without_touching_the_gate():
