@@ -42,7 +42,7 @@ def _gate(out: Path, tier: str, steps: int) -> tuple[subprocess.CompletedProcess
 
 
 def _failed(xml: junitparser.JUnitXml) -> list[str]:
-    return [case.name for suite in xml for case in suite if not case.is_passed]
+    return [case.name for suite in xml for case in suite if not case.is_passed and not case.is_skipped]
 
 
 def _failing_verdict(tmp_path: Path, tier: str, steps: int) -> tuple[Any, junitparser.JUnitXml]:
@@ -58,8 +58,10 @@ def _failing_verdict(tmp_path: Path, tier: str, steps: int) -> tuple[Any, junitp
 def test_a_failing_replay_gate_fails_in_junit(tmp_path: Path) -> None:
     v, xml = _failing_verdict(tmp_path, REPLAY.name, 4)
     suite = next(iter(xml))
-    assert suite.tests == len(v.checks) and suite.failures == sum(not c.passed for c in v.checks) >= 1
+    assert suite.tests == len(v.checks) + 2 and suite.failures == sum(not c.passed for c in v.checks) >= 1
     assert all(name.startswith(REPLAY.name + ":") for name in _failed(xml))
+    # a replay does not sample: its tokens/s and peak memory are not a free run's, two skipped testcases say so
+    assert suite.skipped == 2 and [u.group for u in v.unjudged or []] == ["throughput", "memory"]
 
 
 def test_a_failing_probe_and_candidates_fail_in_junit(tmp_path: Path) -> None:
@@ -67,7 +69,8 @@ def test_a_failing_probe_and_candidates_fail_in_junit(tmp_path: Path) -> None:
     assert v.candidates is not None and len(v.candidates) == 2, "the gate's run trains the candidates it lacks"
     assert v.replay_probe is not None, "and the replay probe"
     suite = next(iter(xml))
-    assert suite.tests == len(v.checks) and suite.failures == sum(not c.passed for c in v.checks)
+    assert suite.tests == len(v.checks) + len(v.unjudged or []) and suite.skipped == len(v.unjudged or [])
+    assert suite.failures == sum(not c.passed for c in v.checks)
     failed = _failed(xml)
     assert f"{STATISTICAL.name}:critic/score/mean" in failed, "the median of the three runs collapses"
     assert any(name.startswith(REPLAY.name + ":") for name in failed), "the probe's replay checks fail"
