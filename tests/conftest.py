@@ -20,7 +20,13 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenMP's threads sleep at once between parallel regions when pytest-xdist runs two workers on two cores: spinning,
+# each run's threads take the CPUs the other worker's run needs (two 12-step smoke runs side by side: 27 s passive,
+# 31-33 s with a 1,000-spin wait, 90-126 s with libgomp's default). Alone (the serial pass), a run is faster with the
+# default wait: a passive thread's wake-up costs each small parallel region ~0.3 ms on a 2-core VM (one 12-step smoke
+# run: 23-24 s passive, 18-21 s spinning). bench/results/omp-wait-epyc-2026-12-07/.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1) > 1:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session")
