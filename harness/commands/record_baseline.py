@@ -33,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=steps_count(), help="GRPO steps per run (default: the recipe's total)")
     p.add_argument("--force", action="store_true", help="replace an existing baseline")
     p.add_argument("--jobs", type=int, default=1, help="seeds run at a time (default 1; with more, the throughput "
-                   "they record is contended: re-measure it with --throughput-only --force)")
+                   "they record is contended: re-measure it with --throughput-only --force; CPU runs side by side wait "
+                   "passively between parallel regions unless OMP_WAIT_POLICY is set)")
     p.add_argument("--out", type=Path, help="baseline file (default: baselines/<recipe>/<profile>-<scale>.json)")
     p.add_argument("--runs-dir", type=Path, help="where the seeded runs go (default: runs/baseline-...)")
     p.add_argument("--quiet", action="store_true", help="no per-step progress")

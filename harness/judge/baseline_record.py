@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,14 @@ def _child(spec: RunSpec, run_dir: Path, what: str, progress: bool) -> None:
                                                                             "again")
 
 
+def side_by_side_env(jobs: int, env: Mapping[str, str]) -> dict[str, str]:
+    """What the environment gets when ``jobs`` CPU runs go side by side: OpenMP threads that sleep between parallel
+    regions instead of spinning (each run has two threads: spinning, two runs on two cores took 90-126 s where
+    passive took 27 s; bench/results/omp-wait-epyc-2026-12-07/). A wait policy the user set is kept; the numbers
+    are the same either way."""
+    return {"OMP_WAIT_POLICY": "PASSIVE"} if jobs > 1 and "OMP_WAIT_POLICY" not in env else {}
+
+
 def _seed_runs(primary: Any, profile: str, scale: str, seeds: int, steps: int | None, runs_dir: Path,
                progress: bool, log: Callable[[str], None], jobs: int = 1) -> list[Path]:
     """One run per seed (``seed + k``), ``jobs`` at a time, each in its own process."""
@@ -74,6 +82,8 @@ def _seed_runs(primary: Any, profile: str, scale: str, seeds: int, steps: int | 
     if jobs > 1 and primary.hardware.device_type != "cpu":
         raise HarnessError(f"--jobs {jobs} would run seeds side by side on one {primary.hardware.accelerator.model}: "
                            "their throughput would not be a solo run's", key_path="--jobs", fix="use --jobs 1")
+
+    os.environ.update(side_by_side_env(jobs, os.environ))  # the run zygote and every seed's run start with it
 
     def one(k: int) -> None:
         busy = device_processes(primary.hardware.device_type)

@@ -67,3 +67,14 @@ def test_seeds_side_by_side_on_an_accelerator_are_refused(tmp_path: Path) -> Non
         record("qwen3_1_7b", "gpu-1x-h200", "smoke", seeds=2, steps=None, out=tmp_path / "b.json",
                runs_dir=tmp_path / "runs", command="harness record-baseline", jobs=2, log=lambda s: None)
     assert "--jobs 2 would run seeds side by side on one H200" in err.value.one_line()
+
+
+def test_cpu_seeds_side_by_side_wait_passively_unless_the_user_chose() -> None:
+    """Two 2-thread runs on two cores with spinning OpenMP threads took 3-5x as long as passive ones
+    (bench/results/omp-wait-epyc-2026-12-07/); one run at a time keeps the default, and a policy set is kept."""
+    from harness.judge.baseline_record import side_by_side_env
+
+    assert side_by_side_env(2, {}) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert side_by_side_env(1, {}) == {}
+    assert side_by_side_env(3, {"OMP_WAIT_POLICY": "ACTIVE"}) == {}
+    assert side_by_side_env(2, {"OMP_WAIT_POLICY": ""}) == {}
