@@ -170,18 +170,16 @@ def junit(gate: Gate) -> ET.ElementTree:
 
 
 def markdown(gate: Gate) -> str:
-    groups = [g for g in GROUPS if any(g in e.counts() or any(u.group == g for u in e.unjudged())
-                                       for e in gate.entries)]
+    groups = [g for g in GROUPS if any(g in e.counts() or g in e.unjudged_groups() for e in gate.entries)]
     ok = bool(gate.entries) and all(e.status == "pass" for e in gate.entries)
     lines = [f"### Gate ({gate.profile}, {gate.scale}): {'✅ pass' if ok else '❌ FAIL'}", "",
              "| recipe | status | tier | " + " | ".join(groups) + " |", "|---" * (3 + len(groups)) + "|"]
     for e in gate.entries:
         cells = []
-        per = e.counts()
+        per, unjudged = e.counts(), e.unjudged_groups()
         for g in groups:
             got = per.get(g)
-            skipped = any(u.group == g for u in e.unjudged())
-            cells.append(("⏭️ not judged" if skipped else "—") if not got
+            cells.append(("⏭️ not judged" if g in unjudged else "—") if not got
                          else f"{'✅' if not got[1] else '❌'} {got[0] - got[1]}/{got[0]}")
         icon = {"pass": "✅", "fail": "❌"}.get(e.status, "⚠️")
         tier = e.verdict.tier if e.verdict and e.verdict.tier else "—"

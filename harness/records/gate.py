@@ -30,6 +30,10 @@ class GateEntry(Record):
         """The whole-run checks its verdict could not make (each with why)."""
         return (self.verdict.unjudged or []) if self.verdict else []
 
+    def unjudged_groups(self) -> set[str]:
+        """The check groups with a whole-run check its verdict could not make."""
+        return {u.group for u in self.unjudged()}
+
     def counts(self) -> dict[str, tuple[int, int]]:
         """Per check group: (checks, failed)."""
         out: dict[str, tuple[int, int]] = {}
