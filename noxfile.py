@@ -104,7 +104,8 @@ def integration(session: nox.Session) -> None:
     """
     _install(session, "[test]")
     # --durations: every CI log says where its minutes go. One test file per worker at a time (--dist loadfile):
-    # a file's session-scoped runs (a recorded baseline, a gate) are made once, on the worker that runs the file.
+    # a file's session-scoped runs (a recorded baseline, a gate) are made once, on the worker that runs the file; the
+    # files in tests/integration/conftest.py's order (the costliest first), not xdist's (by number of tests).
     # Then the tests that need the machine to themselves (a throughput verdict), on one worker.
     if session.posargs:
         session.run("pytest", *session.posargs, success_codes=[0])
@@ -114,7 +115,8 @@ def integration(session: nox.Session) -> None:
     cache = tempfile.mkdtemp(prefix="harness-test-cache-")
     try:
         session.run("pytest", "tests/integration", "tests/fuzz", "-q", "--durations=25", "-m", "not serial",
-                    *WORKERS, "--dist", "loadfile", success_codes=[0], env={"HARNESS_TEST_CACHE": cache})
+                    *WORKERS, "--dist", "loadfile", "--no-loadscope-reorder", success_codes=[0],
+                    env={"HARNESS_TEST_CACHE": cache})
         session.run("pytest", "tests/integration", "-q", "--durations=5", "-m", "serial", success_codes=[0],
                     env={"HARNESS_TEST_CACHE": cache})
     finally:

@@ -39,7 +39,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     yield
     own1, kids1 = _cpu()
     line = {"test": item.nodeid, "wall": round(time.monotonic() - t0, 2), "cpu_self": round(own1 - own0, 2),
-            "cpu_children": round(kids1 - kids0, 2), "worker": os.environ.get("PYTEST_XDIST_WORKER", "master")}
+            "cpu_children": round(kids1 - kids0, 2), "worker": os.environ.get("PYTEST_XDIST_WORKER", "master"),
+            "t_end": round(time.time(), 2)}
     with open(os.environ.get("HARNESS_TEST_CPU_LOG", "/tmp/test-cpu.jsonl"), "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
 

@@ -21,6 +21,35 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SmokeRun = Callable[[str, "int | None"], "tuple[subprocess.CompletedProcess[str], Path]"]
 
+# The files that take longest, longest first (seconds of one worker on a 2-core EPYC:
+# bench/results/test-order-avx512-epyc-2026-12-07/). nox runs them `--dist loadfile --no-loadscope-reorder`, so the
+# two workers take files in this order (xdist's own order is by number of tests): the long ones start at once and the
+# short ones fill the end, instead of one worker running a 55 s file while the other has finished. The first two
+# need no common warm start, which one would otherwise wait for while the other trains it. A file not named here
+# runs after these, in collection order.
+COSTLIEST_FIRST = (
+    "test_baselines.py",  # 305: record-baseline (3 seeds), a gate, replays
+    "test_distributed.py",  # 137: torchrun ranks (a recipe of its own)
+    "test_regressions.py",  # 270: faults, another seed with a candidate, verl logs
+    "test_resume.py",  # 142
+    "test_simulate.py",  # 84
+    "test_plan_cli.py",  # 83: full-scale plans
+    "test_committed_baselines.py",  # 75
+    "test_certify.py",  # 73
+    "test_docker.py",  # 65
+    "test_gate_junit.py",  # 56
+    "test_mlperf_log.py",  # 45
+    "test_hostile.py",  # 21
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    missing = [name for name in COSTLIEST_FIRST if not (Path(__file__).parent / name).is_file()]
+    if missing:  # a renamed file would silently lose its place
+        raise pytest.UsageError(f"tests/integration/conftest.py: COSTLIEST_FIRST names no such file: {missing}")
+    rank = {name: i for i, name in enumerate(COSTLIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order is kept
+
 
 @pytest.fixture(scope="session")
 def smoke_run(workers_dir: Callable[[str], Path]) -> SmokeRun:

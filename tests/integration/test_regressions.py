@@ -157,8 +157,8 @@ def test_lr_x100_runs_verl_log_fails(work: Path, judged: JudgedRuns, tmp_path: P
 
 def test_a_clean_runs_verl_log_passes(work: Path, smoke_run: Any, tmp_path: Path) -> None:
     """The README main command's run (tests/integration/conftest.py: made once per session, test_committed_baselines.py
-    judges it) logged by verl up to step STEPS, as a run still in progress would be. Last in this file: the other
-    worker has most likely made that run by now."""
+    judges it) logged by verl up to step STEPS, as a run still in progress would be. Whichever of the two asks first
+    makes that run; the other reads it."""
     _, run = smoke_run(RECIPE, None)
     full = as_verl_log(run, work / "clean-all.jsonl")
     log = work / "clean.jsonl"
