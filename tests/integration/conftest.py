@@ -21,25 +21,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SmokeRun = Callable[[str, "int | None"], "tuple[subprocess.CompletedProcess[str], Path]"]
 
-# The files that take longest, longest first (seconds of one worker on a 2-core EPYC:
-# bench/results/test-order-avx512-epyc-2026-12-07/). nox runs them `--dist loadfile --no-loadscope-reorder`, so the
-# two workers take files in this order (xdist's own order is by number of tests): the long ones start at once and the
-# short ones fill the end, instead of one worker running a 55 s file while the other has finished. The first two
-# need no common warm start, which one would otherwise wait for while the other trains it. A file not named here
-# runs after these, in collection order.
+# The files that take longest, roughly longest first (seconds of one worker on a 2-core EPYC, in the ordered pass of
+# bench/results/test-order-avx512-epyc-2026-12-07/after-costliest-first.jsonl). nox runs them `--dist loadfile
+# --no-loadscope-reorder`, so the two workers take files in this order (xdist's own order is by number of tests): the
+# long ones start at once and the short ones fill the end, instead of one worker running a 55 s file while the other
+# has finished (in that pass the workers ended 2 s apart). The first two need no common warm start, which one would
+# otherwise wait for while the other trains it. A file not named here runs after these, in collection order.
 COSTLIEST_FIRST = (
-    "test_baselines.py",  # 305: record-baseline (3 seeds), a gate, replays
-    "test_distributed.py",  # 137: torchrun ranks (a recipe of its own)
-    "test_regressions.py",  # 270: faults, another seed with a candidate, verl logs
-    "test_resume.py",  # 142
-    "test_simulate.py",  # 84
-    "test_plan_cli.py",  # 83: full-scale plans
-    "test_committed_baselines.py",  # 75
-    "test_certify.py",  # 73
-    "test_docker.py",  # 65
-    "test_gate_junit.py",  # 56
-    "test_mlperf_log.py",  # 45
-    "test_hostile.py",  # 21
+    "test_baselines.py",  # 315: record-baseline (3 seeds), a gate, replays
+    "test_distributed.py",  # 143: torchrun ranks (a recipe of its own)
+    "test_regressions.py",  # 245: faults, another seed with a candidate, verl logs
+    "test_resume.py",  # 138
+    "test_simulate.py",  # 81
+    "test_plan_cli.py",  # 82: full-scale plans
+    "test_committed_baselines.py",  # 107: makes the qwen3_1_7b smoke run that test_mlperf_log.py reads
+    "test_certify.py",  # 83
+    "test_docker.py",  # 67
+    "test_gate_junit.py",  # 70
+    "test_mlperf_log.py",  # 1 after that run (45 when it makes it)
+    "test_hostile.py",  # 17
 )
 
 
