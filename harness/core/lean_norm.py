@@ -10,8 +10,10 @@ bits), saves only the input and the per-row ``rsqrt``, and recomputes the rest i
 gradients are the analytic ones, rounded differently from autograd's, so it is used only where a
 run is not bitwise-reproducible anyway: on CUDA outside deterministic mode (as the compiled
 output head). :func:`use_lean_norms` switches a model's norms over after checking, on a sample,
-that each class's forward gives the same bits as its own. Without autograd (rollouts, log-prob forwards) a
-switched norm on CUDA runs :mod:`harness.core.fused_norm`'s one kernel.
+that each class's forward gives the same bits as its own. On CUDA with Triton a switched norm runs
+:mod:`harness.core.fused_norm`'s kernels instead (other bits): without autograd (rollouts, log-prob forwards) its
+one-kernel forward, under autograd (the update) :class:`~harness.core.fused_norm.TrainRMSNorm`; the lean norm is
+what runs elsewhere (on CUDA without Triton).
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class LeanRMSNorm(torch.autograd.Function):
 
 def _lean_forward(self: torch.nn.Module, hidden_states: Tensor) -> Tensor:
     if torch.is_grad_enabled() and (hidden_states.requires_grad or self.weight.requires_grad):
+        if fused_norm.trainable(hidden_states):  # the update on CUDA: a kernel each way instead of ~20 passes
+            return fused_norm.TrainRMSNorm.apply(hidden_states, self.weight, float(cast(Any, self.variance_epsilon)))
         return LeanRMSNorm.apply(hidden_states, self.weight, self.variance_epsilon)
     if fused_norm.usable(hidden_states):  # inference on CUDA: one kernel instead of eight
         return fused_norm.rms_norm(hidden_states, cast(Tensor, self.weight), float(cast(Any, self.variance_epsilon)))
