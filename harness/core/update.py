@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from harness.core import algos
+from harness.core import algos, fused_head
 from harness.core.device import cuda_triton, fast_kernels
 from harness.core.gather import is_fsdp
 from harness.core.model_builder import (
@@ -67,22 +67,12 @@ def micro_batches(n: int, size: int) -> list[list[int]]:
 LOGIT_CHUNK_BYTES = 256 << 20
 
 
-def _head_chunk(hidden: Tensor, weight: Tensor, labels: Tensor, bias: Tensor, temperature: float,
-                with_entropy: bool) -> tuple[Tensor, ...]:
-    logits = upcast(torch.nn.functional.linear(hidden, weight))  # (n, V), as the head computes it, then upcast
-    logits = (logits + bias.to(logits.dtype)) / temperature
-    logp = algos.logprobs_from_logits(logits[None], labels[None])[0]
-    return (logp, algos.entropy_from_logits(logits)) if with_entropy else (logp,)
-
-
-_COMPILED: dict[bool, Callable[..., tuple[Tensor, ...]]] = {}  # with grad -> compiled chunk
-
-
 def head_kind(device: torch.device) -> str:
     """``compiled`` on CUDA outside deterministic mode (where Triton is there), else ``eager``.
 
     The chunk's dozen full-vocabulary float32 passes (upcast, bias, temperature, log-softmax,
-    entropy, and their backward) become a few fused kernels. Deterministic mode keeps the eager
+    entropy, and their backward) become a few fused kernels, and under autograd the chunks share one
+    weight gradient (:class:`harness.core.fused_head.ChunkedHead`). Deterministic mode keeps the eager
     kernels: its runs must reproduce baselines recorded with them bit for bit.
     """
     fast = fast_kernels(device, torch.are_deterministic_algorithms_enabled())
@@ -91,33 +81,27 @@ def head_kind(device: torch.device) -> str:
 
 def _checkpointed_chunk(*args: Any) -> tuple[Tensor, ...]:
     """A head chunk whose logits are recomputed in the backward rather than kept."""
-    return checkpoint(_head_chunk, *args, use_reentrant=False)
-
-
-def head_chunk_fn(device: torch.device, grad: bool) -> Callable[..., tuple[Tensor, ...]]:
-    """The output-head chunk function (checkpointed with ``grad``) for ``device``, see :func:`head_kind`.
-
-    Compiled once per process; the checkpoint is inside the compiled region (a checkpoint around a
-    compiled function would run it eagerly).
-    """
-    fn = _checkpointed_chunk if grad else _head_chunk
-    if head_kind(device) == "eager":
-        return fn
-    if grad not in _COMPILED:
-        _COMPILED[grad] = torch.compile(fn)
-    return _COMPILED[grad]
+    return checkpoint(fused_head.chunk_values, *args, use_reentrant=False)
 
 
 def logprobs_from_hidden(hidden: Tensor, weight: Tensor, labels: Tensor, *, bias: Tensor, temperature: float,
                          chunk_rows: int, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
     """Log-probs and entropies (B, R) of ``labels`` from hidden states (B, R, H) and the head (V, H).
 
-    ``chunk_rows`` positions at a time; with gradients on, each chunk is checkpointed: its logits
-    are recomputed in the backward rather than kept.
+    ``chunk_rows`` positions at a time. With gradients on, the logits are recomputed in the backward
+    rather than kept: eagerly each chunk is checkpointed; compiled (:func:`head_kind`), the chunks run
+    as one :class:`~harness.core.fused_head.ChunkedHead`.
     """
     B, R, H = hidden.shape
     flat_h, flat_y = hidden.reshape(B * R, H), labels.reshape(B * R)
-    chunk = head_chunk_fn(hidden.device, torch.is_grad_enabled())
+    compiled = head_kind(hidden.device) == "compiled"
+    if compiled and torch.is_grad_enabled():
+        out = fused_head.ChunkedHead.apply(flat_h, weight, flat_y, bias, temperature, chunk_rows, with_entropy, True)
+        return out[0].reshape(B, R), out[1].reshape(B, R) if with_entropy else None
+    if compiled:
+        chunk = fused_head.compiled_values()
+    else:
+        chunk = _checkpointed_chunk if torch.is_grad_enabled() else fused_head.chunk_values
     parts = [chunk(flat_h[i:i + chunk_rows], weight, flat_y[i:i + chunk_rows], bias, temperature, with_entropy)
              for i in range(0, B * R, chunk_rows)]
     logp = torch.cat([p[0] for p in parts]).reshape(B, R)
