@@ -30,6 +30,7 @@ from torch import Tensor
 from harness.core.device import cuda_triton, pow2_block, shapes_only
 
 TILE = 4096  # elements of a program's row tile (rows × the padded width): 2 rows of W's hidden 2048, 32 q/k rows
+WARPS = 8  # per program: a 4,096-element tile's float32 rows (input, gradient, normalised row) in registers
 PROGRAMS_PER_SM = 4  # backward programs per multiprocessor, each over a run of tiles (and one weight-gradient share)
 
 
@@ -82,7 +83,7 @@ class TrainRMSNorm(torch.autograd.Function):
         if not shapes_only(rows) and R:
             block, per_tile, tiles = _tiling(R, n)
             _train_kernels()[0][(tiles,)](rows, weight.contiguous(), out, rstd, R, n, float(eps), ROWS=per_tile,
-                                         BLOCK=block)
+                                         BLOCK=block, num_warps=WARPS)
         ctx.save_for_backward(rows, rstd, weight)
         ctx.shape = x.shape
         return out.view(x.shape)
@@ -99,7 +100,7 @@ class TrainRMSNorm(torch.autograd.Function):
         shares = (torch.empty if R else torch.zeros)((programs, n), dtype=torch.float32, device=rows.device)
         if not shapes_only(rows) and R:
             _train_kernels()[1][(programs,)](_rows(grad), rows, weight.contiguous(), rstd, dx, shares, R, n,
-                                            ROWS=per_tile, BLOCK=block, TILES=per_program)
+                                            ROWS=per_tile, BLOCK=block, TILES=per_program, num_warps=WARPS)
         grad_w = shares.sum(0).to(weight.dtype) if ctx.needs_input_grad[1] else None
         return (dx.view(ctx.shape) if ctx.needs_input_grad[0] else None), grad_w, None
 
