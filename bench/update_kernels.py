@@ -109,6 +109,7 @@ def measure(name: str, shape: tuple[int, ...], device: str, repeats: int) -> dic
                      "rel_err_dw": _rel(m.weight.grad, ref_dw)}
 
         def step(fn=fn, xi=xi) -> None:
+            xi.grad = m.weight.grad = None  # no accumulation into earlier gradients in the timed work
             fn(xi).backward(up)
 
         us = _time_us(step, device, repeats)
