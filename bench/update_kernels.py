@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # moe_routing's timer
 
 SHAPES = {"hidden": (16384, 2048), "q_norm": (16384, 32, 128), "k_norm": (16384, 4, 128)}
 TINY = {"hidden": (64, 256), "q_norm": (64, 4, 32), "k_norm": (64, 1, 32)}
@@ -68,28 +69,19 @@ def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30))
 
 
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def _time_us(fn, device: str, repeats: int, warmup: int = 3) -> float:
+    """Median time of ``fn`` in microseconds: device time on CUDA (``moe_routing``'s events), else wall time."""
+    if device == "cuda":
+        from moe_routing import _time
+
+        return _time(fn, repeats, warmup)
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
-        _sync(device)
-        if device == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e6)
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
     return statistics.median(times)
 
 
