@@ -241,8 +241,9 @@ def calibrated_speed(samples: list[float]) -> float:
 
 def fast_kernels(device: torch.device, deterministic: bool) -> bool:
     """Whether the engine may use its faster kernels that change bits (the fused AdamW, the compiled output
-    head, the lean RMSNorm backward): on CUDA outside deterministic mode only. Deterministic runs keep the
-    kernels their baselines were recorded with, bit for bit."""
+    head and its chunked backward, the lean and Triton RMSNorms, the fused sampler and MoE routing): on CUDA
+    outside deterministic mode only. Deterministic runs keep the kernels their baselines were recorded with,
+    bit for bit."""
     return device.type == "cuda" and not deterministic
 
 
