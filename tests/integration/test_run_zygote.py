@@ -3,7 +3,8 @@
 A caller (a small script, as record-baseline or the gate would be) runs ``harness run`` children through
 :func:`harness_run`: each ends with the exit code and output a process of its own gives; the zygote is a child of the
 caller and ends after it; a child whose environment differs at import time runs in an interpreter of its own;
-``HARNESS_RUN_ZYGOTE=off`` starts no zygote, and neither does an accelerator's run. A run forked from it and stopped by its caller's death is
+``HARNESS_RUN_ZYGOTE=off`` starts no zygote, and neither does an accelerator's run; a killed caller's zygote removes
+its private directory itself. A run forked from it and stopped by its caller's death is
 test_baselines.py's kill -9 of record-baseline; the same metrics bit for bit are test_baselines.py's gate (its runs
 and ckpt-resume runs are forked).
 """
@@ -68,6 +69,20 @@ def test_a_forked_runs_exit_code_and_output_are_a_processes() -> None:
     (zygote,) = seen["zygotes"]
     assert "zygote" not in caller_err  # nothing refused, nothing to say
     assert _gone(zygote, 30), "the zygote outlived its caller"
+
+
+def test_a_killed_callers_zygote_leaves_no_directory(tmp_path: Path) -> None:
+    """The caller killed (SIGKILL: its ``atexit`` never runs) after one run: its zygote ends and removes its private
+    ``harness-runs-*`` directory and socket itself."""
+    killed = CALLER + "import os, signal; sys.stdout.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
+    full = {k: v for k, v in os.environ.items() if k != RUN_ZYGOTE} | {"PYTHONPATH": str(ROOT),
+                                                                       "TMPDIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", killed, "{}", "cpu"], capture_output=True, text=True, env=full,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == -9, proc.stderr
+    (zygote,) = json.loads(proc.stdout)["zygotes"]
+    assert _gone(zygote, 30), "the zygote outlived its caller"
+    assert not list(tmp_path.glob("harness-runs-*"))
 
 
 def test_an_import_time_variable_gets_an_interpreter_of_its_own() -> None:

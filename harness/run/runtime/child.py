@@ -83,6 +83,9 @@ def _on_cpu(spec: RunSpec) -> bool:
         return False
 
 
+HOME_PREFIX = "harness-runs-"  # the run zygote's private directory (its socket)
+
+
 class _Zygote:
     """This process's run zygote: listening on a socket in a private directory before it starts (a stub that
     connects while it imports waits in the backlog); stopped when this process exits (it ends after its last run)."""
@@ -90,7 +93,7 @@ class _Zygote:
     def __init__(self, env: dict[str, str]) -> None:
         from harness.run.runtime.zygote import listen_at
 
-        self.home = tempfile.mkdtemp(prefix="harness-runs-")
+        self.home = tempfile.mkdtemp(prefix=HOME_PREFIX)
         self.path = os.path.join(self.home, "socket")
         try:
             listener = listen_at(self.path)
@@ -212,7 +215,24 @@ def _serve(fd: int) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a session of its own, ended by its starter closing stdin
     kind = zygote.Kind("run", _run_forked, lambda: _orphaned(signal.SIGHUP, None), exit_funcs=True)
-    zygote.serve(socket.socket(fileno=fd), _preload, kind)
+    listener = socket.socket(fileno=fd)
+    path = listener.getsockname()
+    try:
+        zygote.serve(listener, _preload, kind)
+    finally:
+        _remove_home(path)
+
+
+def _remove_home(path: object) -> None:
+    """The socket and its private directory (:class:`_Zygote`'s ``home``), when the starter could not remove them
+    (killed: its ``atexit`` never ran). Only a ``harness-runs-*`` directory, and only once it is empty."""
+    if not isinstance(path, str) or not os.path.basename(os.path.dirname(path)).startswith(HOME_PREFIX):
+        return
+    for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+        try:
+            remove(target)
+        except OSError:  # gone already (the starter's close), or not empty: left as it is
+            return
 
 
 if __name__ == "__main__":
