@@ -4,12 +4,9 @@ float32 rounding of transformers' forward and its autograd."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is imported: the kernels run on CPU tensors
 pytest.importorskip("triton")
 
 import transformers  # noqa: E402

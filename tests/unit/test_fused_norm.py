@@ -6,12 +6,9 @@ lean-switched norm takes the one kernel without autograd and the pair under it."
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is imported: the kernels run on CPU tensors
 pytest.importorskip("triton")
 
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeRMSNorm  # noqa: E402

@@ -4,12 +4,9 @@ tokens, the same log-prob, never a banned token."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is imported: the kernels run on CPU tensors
 pytest.importorskip("triton")
 
 from harness.core.fused_sampler import BLOCK, fused_sample, plain, usable  # noqa: E402
