@@ -126,8 +126,7 @@ def head(device: str, tiny: bool, repeats: int) -> dict:
     old_chunk = torch.compile(update._checkpointed_chunk) if compiled else update._checkpointed_chunk  # noqa: SLF001
 
     def old(hi, wi):
-        parts = [old_chunk(hi[i:i + chunk], wi, labels[i:i + chunk], bias, 1.0, True) for i in range(0, rows, chunk)]
-        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        return fused_head.over_chunks(old_chunk, hi, wi, labels, bias, 1.0, chunk, True)
 
     def new(hi, wi):
         return fused_head.ChunkedHead.apply(hi, wi, labels, bias, 1.0, chunk, True, compiled)

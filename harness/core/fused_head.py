@@ -56,6 +56,15 @@ def logits_grad(logits: Tensor, labels: Tensor, bias: Tensor, temperature: float
     return (g / temperature).to(logits.dtype)
 
 
+def over_chunks(fn: Callable[..., tuple[Tensor, ...]], hidden: Tensor, weight: Tensor, labels: Tensor, bias: Tensor,
+                temperature: float, chunk_rows: int, with_entropy: bool) -> tuple[Tensor, ...]:
+    """``fn`` (a chunk function with :func:`chunk_values`' arguments) on each ``chunk_rows`` rows of ``hidden`` (N, H),
+    its outputs concatenated: (log-probs,) or (log-probs, entropies), each (N,)."""
+    parts = [fn(hidden[i:i + chunk_rows], weight, labels[i:i + chunk_rows], bias, temperature, with_entropy)
+             for i in range(0, hidden.shape[0], chunk_rows)]
+    return tuple(torch.cat([p[k] for p in parts]) for k in range(2 if with_entropy else 1))
+
+
 @cache
 def _functions(compiled: bool) -> tuple[Callable[..., tuple[Tensor, ...]], Callable[..., Tensor]]:
     """(chunk values, logits' gradient), through ``torch.compile`` with ``compiled`` (once per process)."""
@@ -76,13 +85,10 @@ class ChunkedHead(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, hidden: Tensor, weight: Tensor, labels: Tensor, bias: Tensor, temperature: float,
                 chunk_rows: int, with_entropy: bool, compiled: bool) -> tuple[Tensor, ...]:
-        values, _ = _functions(compiled)
-        parts = [values(hidden[i:i + chunk_rows], weight, labels[i:i + chunk_rows], bias, temperature, with_entropy)
-                 for i in range(0, hidden.shape[0], chunk_rows)]
         ctx.save_for_backward(hidden, weight, labels, bias)
         ctx.temperature, ctx.chunk_rows, ctx.compiled = temperature, chunk_rows, compiled
         ctx.set_materialize_grads(False)
-        return tuple(torch.cat([p[k] for p in parts]) for k in range(2 if with_entropy else 1))
+        return over_chunks(_functions(compiled)[0], hidden, weight, labels, bias, temperature, chunk_rows, with_entropy)
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:

@@ -94,18 +94,13 @@ def logprobs_from_hidden(hidden: Tensor, weight: Tensor, labels: Tensor, *, bias
     """
     B, R, H = hidden.shape
     flat_h, flat_y = hidden.reshape(B * R, H), labels.reshape(B * R)
-    compiled = head_kind(hidden.device) == "compiled"
-    if compiled and torch.is_grad_enabled():
+    compiled, grad = head_kind(hidden.device) == "compiled", torch.is_grad_enabled()
+    if compiled and grad:
         out = fused_head.ChunkedHead.apply(flat_h, weight, flat_y, bias, temperature, chunk_rows, with_entropy, True)
-        return out[0].reshape(B, R), out[1].reshape(B, R) if with_entropy else None
-    if compiled:
-        chunk = fused_head.compiled_values()
     else:
-        chunk = _checkpointed_chunk if torch.is_grad_enabled() else fused_head.chunk_values
-    parts = [chunk(flat_h[i:i + chunk_rows], weight, flat_y[i:i + chunk_rows], bias, temperature, with_entropy)
-             for i in range(0, B * R, chunk_rows)]
-    logp = torch.cat([p[0] for p in parts]).reshape(B, R)
-    return logp, torch.cat([p[1] for p in parts]).reshape(B, R) if with_entropy else None
+        chunk = fused_head.compiled_values() if compiled else _checkpointed_chunk if grad else fused_head.chunk_values
+        out = fused_head.over_chunks(chunk, flat_h, weight, flat_y, bias, temperature, chunk_rows, with_entropy)
+    return out[0].reshape(B, R), out[1].reshape(B, R) if with_entropy else None
 
 
 POSITIONS = "positions"  # batch.tensors key: the full sequences' positions, (B, L) or (B, 3, L)

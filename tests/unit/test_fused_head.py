@@ -28,9 +28,8 @@ def _inputs(dtype: torch.dtype, seed: int = 0):
 
 
 def _checkpointed(hidden, weight, labels, bias, temperature, rows, with_entropy):
-    parts = [update._checkpointed_chunk(hidden[i:i + rows], weight, labels[i:i + rows], bias, temperature,
-                                        with_entropy) for i in range(0, hidden.shape[0], rows)]
-    return tuple(torch.cat([p[k] for p in parts]) for k in range(2 if with_entropy else 1))
+    return fused_head.over_chunks(update._checkpointed_chunk, hidden, weight, labels, bias, temperature, rows,
+                                  with_entropy)
 
 
 def _run(fn, hidden, weight, labels, bias, up, temperature, rows, with_entropy):
