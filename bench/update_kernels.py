@@ -112,7 +112,8 @@ def measure(name: str, shape: tuple[int, ...], device: str, repeats: int) -> dic
 
 
 def head(device: str, tiny: bool, repeats: int) -> dict:
-    from harness.core import fused_head, update
+    from harness.core import algos, fused_head, update
+    from harness.lazyimport import loaded
 
     rows, hidden, vocab = (40, 64, 1000) if tiny else (8192, 2048, 151936)
     chunk = max(1, (4096 if tiny else update.LOGIT_CHUNK_BYTES) // (vocab * 4))
@@ -123,6 +124,9 @@ def head(device: str, tiny: bool, repeats: int) -> dict:
     bias = torch.zeros(vocab, device=device)
     up = torch.randn(2, rows, generator=gen, device=device)
     compiled = not tiny
+    # As in a training step, where the advantages have imported algos' torch before any head chunk is traced. Until
+    # 2026-12-07 this benchmark traced first: Dynamo broke the checkpoint's graph at that import.
+    loaded(algos.torch)
     old_chunk = torch.compile(update._checkpointed_chunk) if compiled else update._checkpointed_chunk  # noqa: SLF001
 
     def old(hi, wi):

@@ -27,10 +27,13 @@ class LazyModule:
         self._module: ModuleType | None = None
 
     def __getattr__(self, attr: str) -> Any:  # only for attributes this object lacks: the module's
+        return getattr(self._load(), attr)
+
+    def _load(self) -> ModuleType:
         module = self._module
         if module is None:
             module = self._module = importlib.import_module(self._name)
-        return getattr(module, attr)
+        return module
 
     def __repr__(self) -> str:
         return f"<lazy module {self._name!r} ({'imported' if self._module else 'not imported yet'})>"
@@ -39,3 +42,12 @@ class LazyModule:
 def lazy_import(name: str) -> Any:
     """A :class:`LazyModule` for ``name``: the module is imported when an attribute is first read."""
     return LazyModule(name)
+
+
+def loaded(module: Any) -> ModuleType:
+    """The module itself: a :class:`LazyModule`'s, imported now if it was not yet; any other module as it is.
+
+    For code that ``torch.compile`` traces: Dynamo does not trace :mod:`importlib`, so a stand-in whose first
+    attribute access happens inside a traced function breaks the graph there.
+    """
+    return module._load() if isinstance(module, LazyModule) else module  # noqa: SLF001

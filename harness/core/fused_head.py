@@ -30,6 +30,7 @@ from torch import Tensor
 
 from harness.core import algos
 from harness.core.model_builder import upcast
+from harness.lazyimport import loaded
 
 
 def chunk_values(hidden: Tensor, weight: Tensor, labels: Tensor, bias: Tensor, temperature: float,
@@ -70,6 +71,10 @@ def _functions(compiled: bool) -> tuple[Callable[..., tuple[Tensor, ...]], Calla
     """(chunk values, logits' gradient), through ``torch.compile`` with ``compiled`` (once per process)."""
     if not compiled:
         return chunk_values, logits_grad
+    # algos imports torch on its first use (harness.lazyimport). Were that first use inside the traced chunk,
+    # Dynamo would break the graph at the import: the chunk would compile as two graphs, and a checkpoint
+    # around it would not compile as one (bench/update_kernels.py's "checkpointed" head, until 2026-12-07).
+    loaded(algos.torch)
     return torch.compile(chunk_values), torch.compile(logits_grad)
 
 

@@ -99,3 +99,28 @@ def test_logprobs_from_hidden_takes_the_chunked_head_only_on_the_compiled_kind(m
     with torch.no_grad():
         update.logprobs_from_hidden(h, weight, labels.reshape(1, N), **kw)  # no grad: compiled values, no Function
     assert calls == [True, True]
+
+
+def test_the_compiled_chunk_functions_trace_whole_with_algos_torch_not_yet_imported(monkeypatch) -> None:
+    """algos' torch is a stand-in imported on first use; a first use inside the traced chunk would break its graph."""
+    from torch._dynamo.utils import counters
+
+    from harness.core import algos
+    from harness.lazyimport import lazy_import
+
+    monkeypatch.setattr(algos, "torch", lazy_import("torch"))  # as in a process where nothing used algos yet
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn: compile_(fn, backend="eager"))  # Dynamo's graphs, no kernels
+    fused_head._functions.cache_clear()
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        values, grad = fused_head._functions(True)
+        hidden, weight, labels, bias, _ = _inputs(torch.float32, seed=4)
+        logp, ent = values(hidden, weight, labels, bias, 0.7, True)
+        grad(hidden @ weight.T, labels, bias, 0.7, torch.ones(N), torch.ones(N))
+        assert dict(counters["graph_break"]) == {}
+        assert torch.equal(logp, fused_head.chunk_values(hidden, weight, labels, bias, 0.7, True)[0])
+    finally:
+        fused_head._functions.cache_clear()
+        torch._dynamo.reset()

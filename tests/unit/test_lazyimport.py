@@ -30,3 +30,11 @@ def test_first_use_imports_and_reads_the_attribute() -> None:
     json_ = lazy_import("json")
     assert "not imported yet" in repr(json_)
     assert json_.dumps([1]) == "[1]" and "imported" in repr(json_)
+
+
+def test_loaded_gives_the_module_itself() -> None:
+    import json
+
+    from harness.lazyimport import loaded
+    stand_in = lazy_import("json")
+    assert loaded(stand_in) is json and "imported" in repr(stand_in) and loaded(json) is json
