@@ -4,7 +4,9 @@
 # run under cProfile ($DEST/smoke.prof, read with pstats); `harness --help` and `harness validate` timed, and
 # `-X importtime` of `--help` ($DEST/importtime.txt). $DEST/smoke_wall.json holds the figures.
 # Usage (device): DEST=$OUT bash bench/gpu_smoke_wall.sh      (CPU dry run: PROFILE=cpu RECIPE=qwen3_1_7b STEPS=2)
-# PROFILED=0 leaves out the run under cProfile.
+# PROFILED=0 leaves out the run under cProfile. RUN_ARGS adds flags to each `harness run` (on a device the baseline
+# was not recorded on, `--tier statistical --candidates 1 --no-replay-probe` makes a free run, with its rollouts, as
+# the baseline's own device does, instead of the replay tier's teacher-forced one).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/gpu_env.sh
@@ -12,6 +14,7 @@ RUNS=${RUNS:-/tmp/smoke-wall-runs}
 PROFILE=${PROFILE:-gpu-1x-h200}
 RECIPE=${RECIPE:-qwen3_vl_30b}
 STEPS=${STEPS:+--steps $STEPS}
+STEPS="$STEPS ${RUN_ARGS:-}"
 rm -rf "$RUNS"; mkdir -p "$RUNS"
 echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-} PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-}"
 "$PY" -c "import sys; print('dont_write_bytecode', sys.dont_write_bytecode)"
