@@ -8,6 +8,11 @@
 #   profile  bench/w_profile.py on W (grpo_step.py's defaults): decode and update, where the time goes
 #   profile-long  the same on W-long (one warm step, no decode-batch sweep)
 #   moe      bench/moe_routing.py: the fused MoE routing against transformers' grouped_mm experts (agreement, time)
+#   smoke    bench/gpu_smoke_wall.sh (PROFILED=0): the qwen3_vl_30b GPU smoke cold then warm, timed, into $DEST/smoke
+# REQUIRE=H200 runs nothing (exit 0, said in summary.txt) unless nvidia-smi names such a card: the acceptance runs
+# that must be on the baseline's card cost only a machine's start when another card comes. $OUT returns at most 8
+# files: with several phases, write to DEST=/tmp/r and tar it into $OUT, e.g.
+#   REQUIRE=H200 DEST=/tmp/r bash bench/gpu_profile36.sh smoke w; tar czf $OUT/r.tgz -C /tmp/r .
 # Run from a copy of the repository that holds the wheels in .whl/ (ours) and .whl-bench/ (TRL). With no git
 # metadata in the copy, BENCH_COMMIT (or the file COMMIT beside .whl/) names the commit it was made from.
 # Every log and result lands in $DEST (default $OUT, else /tmp/gpu36); $WLONG_ARGS adds flags to the w-long run.
@@ -21,6 +26,11 @@ export PYTHONUNBUFFERED=1
 export GIT_CEILING_DIRECTORIES=$(dirname "$PWD")  # never read an enclosing checkout's git metadata
 PY=${PY:-python3}
 summary() { echo "$*" | tee -a "$DEST/summary.txt"; }
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+case "$gpu" in
+  *"${REQUIRE:-}"*) ;;
+  *) summary "REQUIRE=${REQUIRE}, but the card is ${gpu:-none}: nothing run"; exit 0 ;;
+esac
 if [ -d .whl ] && ! [ -e /tmp/site/.done ]; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && touch /tmp/site/.done || { summary "install of .whl failed"; exit 2; }
@@ -68,6 +78,10 @@ for phase in "$@"; do
         >"$DEST/moe.log" 2>&1
       rc=$?
       tail -4 "$DEST/moe.log" ;;
+    smoke)
+      PROFILED=0 DEST=$DEST/smoke timeout "${SMOKE_TIMEOUT:-240}" bash bench/gpu_smoke_wall.sh >"$DEST/smoke.log" 2>&1
+      rc=$?
+      tail -9 "$DEST/smoke.log" ;;
     *) echo "unknown phase $phase" >&2; rc=2 ;;
   esac
   summary "$phase rc=$rc wall_s=$((SECONDS - t0))"
