@@ -13,8 +13,7 @@ source bench/gpu_env.sh
 RUNS=${RUNS:-/tmp/smoke-wall-runs}
 PROFILE=${PROFILE:-gpu-1x-h200}
 RECIPE=${RECIPE:-qwen3_vl_30b}
-STEPS=${STEPS:+--steps $STEPS}
-STEPS="$STEPS ${RUN_ARGS:-}"
+ARGS="${STEPS:+--steps $STEPS} ${RUN_ARGS:-}"  # flags of each harness run
 rm -rf "$RUNS"; mkdir -p "$RUNS"
 echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-} PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-}"
 "$PY" -c "import sys; print('dont_write_bytecode', sys.dont_write_bytecode)"
@@ -22,7 +21,7 @@ echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-} PYTHONPYCACHEPREFIX=$
 walls=()
 for name in cold warm; do
   t0=$(date +%s.%N)
-  timeout 400 "$PY" -m harness run "$RECIPE" --profile "$PROFILE" $STEPS --quiet --out "$RUNS/$name" \
+  timeout 400 "$PY" -m harness run "$RECIPE" --profile "$PROFILE" $ARGS --quiet --out "$RUNS/$name" \
     >"$DEST/smoke-$name.log" 2>&1
   rc=$?
   w=$(since "$t0")
@@ -30,7 +29,7 @@ for name in cold warm; do
 done
 names="cold warm"
 if [ "${PROFILED:-1}" = 1 ]; then  # PROFILED=0: the two timed runs only (~1 min less on the device)
-  timeout 400 "$PY" -m cProfile -o "$DEST/smoke.prof" -m harness run "$RECIPE" --profile "$PROFILE" $STEPS --quiet \
+  timeout 400 "$PY" -m cProfile -o "$DEST/smoke.prof" -m harness run "$RECIPE" --profile "$PROFILE" $ARGS --quiet \
     --out "$RUNS/profiled" >"$DEST/smoke-profiled.log" 2>&1
   echo "profiled rc=$?"
   names="cold warm profiled"
